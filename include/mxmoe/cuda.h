@@ -1,0 +1,75 @@
+// mxmoe/cuda.h — the CUDA engine's public API. Host-only users include it without
+// CUDA headers: streams are passed as void* (a cudaStream_t). In a build without CUDA
+// every function here throws Unsupported saying so, and cuda_device_count() returns 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mxmoe/moe.h"
+#include "mxmoe/routing.h"
+
+namespace mxmoe {
+
+/// True when the library was compiled with the CUDA engine.
+bool cuda_built();
+/// Number of usable GPUs (0 without CUDA or without a driver/GPU; never throws).
+int cuda_device_count();
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0, sm_count = 0;
+  size_t memory_bytes = 0;
+  bool supported = false;     // the engine has code for this architecture
+  std::string note;           // why not, when not
+};
+std::vector<GpuInfo> cuda_devices();
+
+/// Device pointers for one forward call. Exactly one of {topk_ids+topk_weights} and
+/// {router_logits} is given; with router_logits the layer routes on the GPU with the
+/// RoutingParams it was built with.
+struct ForwardArgs {
+  int64_t tokens = 0;
+  InputFormat x_format = InputFormat::BF16;  // what `x` holds; BF16 is quantized on the
+                                             // GPU when the layer consumes MXFP8
+  const void* x = nullptr;          // [M][K] bf16 bits or E4M3 codes
+  const uint8_t* x_scale = nullptr; // [M][K/32] when x_format is MXFP8
+  const int32_t* topk_ids = nullptr;      // [M][top_k] global ids, -1 = none
+  const float* topk_weights = nullptr;    // [M][top_k]
+  const float* router_logits = nullptr;   // [M][E_global] fp32
+  void* out = nullptr;              // [M][K] bf16 or fp32 (config.output_format)
+};
+
+/// One MoE layer resident on a GPU: weights converted and uploaded once. forward()
+/// never allocates, never synchronizes the host, launches only on the given stream,
+/// and is CUDA-graph capturable for a fixed maximum token count.
+class CudaMoeLayer {
+ public:
+  /// Checks that this GPU supports what `cfg` asks (throws Unsupported naming the
+  /// feature and the alternative), validates the weights and uploads them.
+  /// `routing` is needed only for forward() calls that pass router_logits;
+  /// `router_bias` [E_global] (nullable) is uploaded with it.
+  CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
+               const RoutingParams* routing = nullptr, const std::vector<float>* router_bias = nullptr,
+               int device = -1);
+  ~CudaMoeLayer();
+  CudaMoeLayer(const CudaMoeLayer&) = delete;
+  CudaMoeLayer& operator=(const CudaMoeLayer&) = delete;
+
+  const MoeConfig& config() const;
+  /// Bytes of device workspace forward() needs for up to max_tokens tokens.
+  size_t workspace_size(int64_t max_tokens) const;
+  /// Validates every argument on the host (throws InvalidArgument, nothing launched),
+  /// then enqueues the whole MoE on `stream` (a cudaStream_t).
+  void forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, void* stream) const;
+
+  struct Impl;
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mxmoe

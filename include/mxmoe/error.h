@@ -1,0 +1,63 @@
+// mxmoe/error.h — the library's errors. Every public entry point throws one of these
+// (never crashes, never writes outputs) when its input is bad; the message names the
+// offending argument and its value (SPEC §9).
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace mxmoe {
+
+/// Base of every error the library throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A caller-supplied argument is malformed: message is "<argument>: <what is wrong>".
+class InvalidArgument : public Error {
+ public:
+  InvalidArgument(const std::string& argument, const std::string& what)
+      : Error(argument + ": " + what), argument_(argument) {}
+  const std::string& argument() const { return argument_; }
+
+ private:
+  std::string argument_;
+};
+
+/// The request is well formed but not supported here (this GPU, this build); the
+/// message names the feature and the supported alternative.
+class Unsupported : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file could not be read or is malformed (checkpoints).
+class FormatError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A CUDA runtime call failed: message has the call, the error string and file:line.
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace mxmoe
+
+/// Throw InvalidArgument naming `arg` unless `cond` holds; the rest streams the reason.
+#define MXMOE_CHECK_ARG(cond, arg, ...)                                                \
+  do {                                                                                 \
+    if (!(cond)) throw ::mxmoe::InvalidArgument((arg), ::mxmoe::detail::cat(__VA_ARGS__)); \
+  } while (0)

@@ -1,0 +1,69 @@
+// mxmoe/reference.h — the float64 reference engine (SPEC §8), the fp32 CPU backend,
+// the unquantized "ideal", synthetic layers and the comparison metrics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxmoe/moe.h"
+
+namespace mxmoe {
+
+/// Float64 oracle on the same quantized bytes: dequantize exactly, accumulate in
+/// double, activation in double, mirror the intermediate quantization (MXFP8 via
+/// formats.h on the float-rounded activation, or BF16 rounding), GEMM2 in double,
+/// finalize in slot order 0..k-1, output_scale, round to the output format.
+/// `x` must be in cfg.input_format (see Activations::to_mxfp8). threads <= 0: all cores.
+/// out64 (optional) receives the unrounded [M][K] result.
+void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                       const Routing& routing, Output& out, std::vector<double>* out64 = nullptr,
+                       int threads = 0);
+
+/// fp32 CPU backend: the kernels' arithmetic on the CPU (permute by local expert,
+/// fp32 GEMMs, fp32 activation, requantization, fixed-order finalize). This is what
+/// `--backend cpu` runs and what is compared against the reference.
+void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                 const Routing& routing, Output& out, int threads = 0);
+
+/// Unquantized weights for the ideal: floats in the kernel row order.
+///  w13 [E_local][2N][K], w2 [E_local][K][N], biases as in ExpertWeights.
+struct IdealWeights {
+  int64_t num_local = 0, hidden = 0, intermediate = 0;
+  std::vector<float> w13, w2, w13_bias, w2_bias;
+};
+
+/// What a user would get without any quantization: float weights and activations,
+/// everything in double, no intermediate rounding. x [M][K].
+void ideal_forward(const MoeConfig& cfg, const IdealWeights& w, const std::vector<float>& x,
+                   const Routing& routing, std::vector<double>& out, int threads = 0);
+
+/// A deterministic synthetic layer: Gaussian BF16 weights (std 1/sqrt(K) for W13,
+/// 1/sqrt(N) for W2) quantized with the MXFP4 quantizer, from `seed`.
+struct SyntheticLayer {
+  ExpertWeights weights;   // kernel layout
+  IdealWeights ideal;      // the BF16 originals, as floats
+};
+SyntheticLayer make_synthetic_layer(const MoeConfig& cfg, uint64_t seed);
+
+/// Deterministic Gaussian BF16 activations [M][K] (std 1), from `seed`.
+Activations make_activations(int64_t tokens, int64_t hidden, uint64_t seed);
+
+/// Kernel-vs-reference metrics over [M][K] (SPEC §8).
+struct Comparison {
+  double max_row_rel_l2 = 0;    // max over rows of ||a-r|| / ||r|| (0/0 = 0)
+  double min_cosine = 1;        // min over rows (rows with ||r|| == 0 must be all zero)
+  double max_abs_err = 0;
+  int64_t bound_violations = 0; // elements with |a-r| > atol + rtol*|r|
+  int64_t first_bad_row = -1, first_bad_col = -1;  // first violation, row-major
+  int64_t nonfinite = 0;        // non-finite elements in `a` (where `r` is finite)
+  double atol = 0, rtol = 0;
+  bool pass(double max_rel_l2, double min_cos) const;
+  std::string summary() const;
+};
+Comparison compare_outputs(const std::vector<double>& actual, const std::vector<double>& ref,
+                           int64_t rows, int64_t cols, double atol, double rtol);
+/// Output -> doubles (BF16/fp32 decoded).
+std::vector<double> output_values(const Output& out);
+
+}  // namespace mxmoe
