@@ -56,7 +56,11 @@ struct SyntheticSpec {
 /// Generate all experts deterministically (same as make_synthetic_layer with ep_size 1,
 /// plus a correction bias) and write them in `spec.format`.
 void write_synthetic_checkpoint(const std::string& path, const SyntheticSpec& spec);
-/// Read a SyntheticSpec back from a checkpoint's metadata; false if not synthetic.
+/// The correction bias [E] a synthetic Kimi-K3 checkpoint carries
+/// ("<prefix>.gate.e_score_correction_bias"): small Gaussian values from `seed`.
+std::vector<float> synthetic_correction_bias(int64_t num_experts, uint64_t seed);
+/// Read a SyntheticSpec back from a checkpoint's metadata; false if not synthetic
+/// (no "mxmoe.synthetic.seed"); throws FormatError when the synthetic keys are malformed.
 bool synthetic_spec_from_metadata(const std::map<std::string, std::string>& md, SyntheticSpec& spec);
 
 /// Write a loaded layer (all experts, ep_size 1) in another format (`mxmoe convert`).

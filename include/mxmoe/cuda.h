@@ -73,3 +73,39 @@ class CudaMoeLayer {
 };
 
 }  // namespace mxmoe
+
+namespace mxmoe {
+
+/// Host-side driver for the CLI, the validation suite and the tests: owns device
+/// buffers for up to max_tokens tokens, copies host inputs in, runs the layer eagerly or
+/// through a captured CUDA graph, and copies the output back. Not for serving (it
+/// synchronizes); engines call CudaMoeLayer::forward directly.
+class CudaHostSession {
+ public:
+  CudaHostSession(const CudaMoeLayer& layer, int64_t max_tokens);
+  ~CudaHostSession();
+  CudaHostSession(const CudaHostSession&) = delete;
+  CudaHostSession& operator=(const CudaHostSession&) = delete;
+
+  /// Stage inputs (x as given; routing either ids/weights or router logits [M][E]).
+  void set_inputs(const Activations& x, const Routing* routing, const std::vector<float>* logits);
+  /// Poison the output with NaN, run once eagerly, copy the output back.
+  Output run_eager();
+  /// Capture one forward into a CUDA graph, then poison + replay `replays` times,
+  /// returning each replay's output.
+  std::vector<Output> run_graph(int replays);
+
+  struct Timing {
+    double median_us = 0, min_us = 0, max_us = 0;
+    int iterations = 0;
+  };
+  /// Time forward with CUDA events: `iterations` runs, each preceded by a write of a
+  /// buffer larger than L2 (cold cache), eager or graph replay; median of the runs.
+  Timing time(int iterations, bool use_graph);
+
+  struct Impl;
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mxmoe

@@ -10,6 +10,13 @@
 
 namespace mxmoe {
 
+/// The one place that checks a forward call's arguments (config, weights, x in
+/// cfg.input_format, routing ids, token counts agreeing); reference_forward and
+/// cpu_forward both call it before touching `out`. Throws InvalidArgument naming the
+/// argument ("x", "topk_ids", "weights.w13_packed", "config.top_k", ...).
+void validate_forward_inputs(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                             const Routing& routing);
+
 /// Float64 oracle on the same quantized bytes: dequantize exactly, accumulate in
 /// double, activation in double, mirror the intermediate quantization (MXFP8 via
 /// formats.h on the float-rounded activation, or BF16 rounding), GEMM2 in double,

@@ -4,13 +4,14 @@
 
 namespace mxmoe {
 
-namespace {
+namespace detail_stub {
 [[noreturn]] void not_built() {
   throw Unsupported(
       "backend cuda: this build of mxmoe has no CUDA engine (nvcc was not found at "
       "configure time); use backend cpu, or rebuild where nvcc is present");
 }
-}  // namespace
+}  // namespace detail_stub
+using detail_stub::not_built;
 
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
@@ -26,4 +27,14 @@ const MoeConfig& CudaMoeLayer::config() const { not_built(); }
 size_t CudaMoeLayer::workspace_size(int64_t) const { not_built(); }
 void CudaMoeLayer::forward(const ForwardArgs&, void*, size_t, void*) const { not_built(); }
 
+}  // namespace mxmoe
+
+namespace mxmoe {
+struct CudaHostSession::Impl {};
+CudaHostSession::CudaHostSession(const CudaMoeLayer&, int64_t) { not_built(); }
+CudaHostSession::~CudaHostSession() = default;
+void CudaHostSession::set_inputs(const Activations&, const Routing*, const std::vector<float>*) { not_built(); }
+Output CudaHostSession::run_eager() { not_built(); }
+std::vector<Output> CudaHostSession::run_graph(int) { not_built(); }
+CudaHostSession::Timing CudaHostSession::time(int, bool) { not_built(); }
 }  // namespace mxmoe

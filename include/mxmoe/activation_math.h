@@ -1,0 +1,127 @@
+// mxmoe/activation_math.h — fp32 transcendental arithmetic shared bit-for-bit by the
+// host and the GPU: exp, sigmoid, tanh and the gated activations (SPEC §3, §6).
+//
+// Why not expf(): the device's expf and the host C library's expf may differ in the
+// last ulp, and routing must pick the same experts with the same weights on both
+// sides (route_cpu is the judge of the GPU routing kernel, bit for bit). So exp is
+// built here from operations IEEE 754 rounds correctly everywhere (rintf, fmaf, +, *,
+// /) with every multiply-add written as an explicit fmaf: no compiler contraction can
+// change the result. Accuracy: exp_f32 is within 2 ulp of exp over the whole float range
+// (checked against double exp in tests/gpu/test_engine.cu), which is far below what the
+// fp32 activation and the MXFP8 intermediate cost anyway.
+//
+// Everything here is fp32 in, fp32 out, NaN in -> NaN out.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "mxmoe/formats.h"
+
+namespace mxmoe {
+namespace am {
+
+MXMOE_HD float fma32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
+// A product and a sum that the device compiler may not fuse with a neighbour.
+MXMOE_HD float mul32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MXMOE_HD float add32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MXMOE_HD float rint32(float x) {
+#if defined(__CUDA_ARCH__)
+  return rintf(x);
+#else
+  return std::rint(x);
+#endif
+}
+
+/// e^x in fp32, deterministic across host and device (Cody-Waite reduction to
+/// |r| <= ln2/2, degree-6 minimax polynomial, exact power-of-two rescale).
+MXMOE_HD float exp_f32(float x) {
+  if (fmt::is_nan(x)) return x;
+  if (x > 88.72283935546875f) return fmt::bits_float(0x7f800000u);  // overflows to +Inf
+  if (x < -103.97208404541015625f) return 0.0f;                      // underflows to 0
+  const float n = rint32(mul32(x, 1.44269502162933349609375f));      // round(x / ln2)
+  // r = x - n*ln2 with ln2 = C1 + C2, C1 having few bits so n*C1 is exact.
+  float r = fma32(n, -0.693359375f, x);
+  r = fma32(n, 2.12194440e-4f, r);
+  // exp(r) = 1 + r + r^2 * P(r)   (Cephes expf coefficients)
+  float p = 1.9875691500e-4f;
+  p = fma32(p, r, 1.3981999507e-3f);
+  p = fma32(p, r, 8.3334519073e-3f);
+  p = fma32(p, r, 4.1665795894e-2f);
+  p = fma32(p, r, 1.6666665459e-1f);
+  p = fma32(p, r, 5.0000001201e-1f);
+  const float r2 = mul32(r, r);
+  p = fma32(p, r2, r);
+  p = add32(p, 1.0f);
+  // p * 2^n, n in [-150, 128]; split so every factor is a normal float and only the
+  // last multiply rounds (it is the one that may produce a subnormal).
+  int ni = static_cast<int>(n);
+  if (ni > 127) {
+    p = mul32(p, 2.0f);
+    ni -= 1;
+  }
+  if (ni < -126) {
+    p = mul32(p, fmt::bits_float(static_cast<uint32_t>(ni + 64 + 127) << 23));
+    return mul32(p, fmt::bits_float(static_cast<uint32_t>(-64 + 127) << 23));
+  }
+  return mul32(p, fmt::bits_float(static_cast<uint32_t>(ni + 127) << 23));
+}
+
+/// 1 / (1 + e^-x): the router's score function and the activations' sigmoid.
+MXMOE_HD float sigmoid_f32(float x) { return 1.0f / add32(1.0f, exp_f32(-x)); }
+
+/// tanh(z) = 2*sigmoid(2z) - 1 (accurate to ~1e-7 absolute; tanh.approx would cost
+/// ~1e-2 through SiTU's beta = 25 up branch, SPEC §6). 2*s is exact, so fma or not
+/// gives the same bits.
+MXMOE_HD float tanh_f32(float z) { return fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f); }
+
+/// SiTU: alpha*tanh(g/alpha)*sigmoid(g) * beta*tanh(u/beta).
+MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
+  const float gate = mul32(mul32(alpha, tanh_f32(g / alpha)), sigmoid_f32(g));
+  const float up = mul32(beta, tanh_f32(u / beta));
+  return mul32(gate, up);
+}
+
+/// SwiGLU-OAI (GPT-OSS): g = min(g, limit), u = clamp(u, -limit, limit),
+/// g*sigmoid(alpha*g)*(u+beta). Comparisons are written so a NaN g or u stays NaN
+/// (fminf would turn it into `limit`).
+MXMOE_HD float swiglu_oai_f32(float g, float u, float alpha, float beta, float limit) {
+  g = (limit < g) ? limit : g;
+  u = (u < -limit) ? -limit : ((limit < u) ? limit : u);
+  return mul32(mul32(g, sigmoid_f32(mul32(alpha, g))), add32(u, beta));
+}
+
+/// SiLU-gated: g*sigmoid(g)*u.
+MXMOE_HD float silu_gated_f32(float g, float u) { return mul32(mul32(g, sigmoid_f32(g)), u); }
+
+/// Dispatch on the activation kind (the integer value of mxmoe::Activation:
+/// 0 SiTU, 1 SwiGLU_OAI, 2 SiLU_Gated).
+MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
+                                    float limit) {
+  switch (kind) {
+    case 0: return situ_f32(g, u, alpha, beta);
+    case 1: return swiglu_oai_f32(g, u, alpha, beta, limit);
+    default: return silu_gated_f32(g, u);
+  }
+}
+
+}  // namespace am
+}  // namespace mxmoe

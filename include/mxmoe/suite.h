@@ -1,0 +1,93 @@
+// mxmoe/suite.h — the validation harness behind `mxmoe validate` and `mxmoe run`: the
+// SPEC §8 coverage matrix as named cases, each run on a backend and judged against the
+// float64 reference on the same quantized bytes (and reported against the ideal).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mxmoe/moe.h"
+#include "mxmoe/reference.h"
+#include "mxmoe/routing.h"
+
+namespace mxmoe {
+
+enum class Backend : int { Cpu = 0, Cuda = 1 };
+const char* to_string(Backend b);
+Backend parse_backend(const std::string& s);  // "cpu" | "cuda"
+
+/// How a case chooses experts for its tokens.
+enum class RoutingPattern : int {
+  Uniform,       // top_k distinct experts uniformly over all global experts
+  Skewed,        // most picks fall on two hot local experts
+  EmptyExperts,  // only half of the local experts are ever chosen
+  MaskedSlots,   // about a quarter of the slots are -1
+  RouterSigmoid, // router logits + correction bias, sigmoid top-k (routed on the backend)
+  RouterSoftmax, // router logits, softmax top-k (routed on the backend)
+};
+const char* to_string(RoutingPattern p);
+
+/// Non-finite inputs a case injects.
+enum class Hazard : int { None, InfToken, NaNToken, NaNWeightBlock };
+
+struct SuiteCase {
+  std::string name;
+  std::string what;  // one line: what the case covers
+  MoeConfig cfg;
+  int64_t tokens = 1;
+  RoutingPattern routing = RoutingPattern::Uniform;
+  RoutingParams router;  // for the Router* patterns
+  Hazard hazard = Hazard::None;
+  bool check_determinism = true;  // three runs bitwise identical
+  bool check_graph = true;        // CUDA only: capture + two replays == eager
+};
+
+/// Cases of a suite: "smoke" (small shapes, the whole matrix), "real" (Kimi-K3 real
+/// shapes: decode M=1 and prefill M=128, SiTU and SwiGLU), "all" (both).
+std::vector<SuiteCase> suite_cases(const std::string& suite);
+
+/// Element-wise bound used with the SPEC §8 row metrics: |out-ref| <= atol + rtol*|ref|
+/// with atol = atol_rms * rms(ref).
+struct Tolerance {
+  double max_rel_l2, min_cosine, rtol, atol_rms;
+};
+Tolerance tolerance_for(IntermediateFormat f);
+
+struct CaseResult {
+  std::string name, what;
+  Backend backend = Backend::Cpu;
+  enum class Status { Pass, Fail, Skip } status = Status::Fail;
+  Comparison vs_reference;
+  bool has_ideal = false;
+  double ideal_rel_l2 = 0, ideal_cosine = 0;  // informational: the format's price
+  bool deterministic = true, graph_identical = true, graph_checked = false;
+  double backend_seconds = 0, reference_seconds = 0;
+  uint64_t seed = 0;
+  std::string note;  // reason for a failure or a skip
+  const char* status_string() const;
+};
+
+/// A layer and inputs prepared for a case (weights may come from a checkpoint).
+struct CaseData {
+  MoeConfig cfg;
+  ExpertWeights weights;
+  IdealWeights ideal;  // may be empty (then no ideal comparison)
+  std::vector<float> router_bias;
+  Activations x_bf16;  // the original activations (BF16)
+  Activations x;       // what the layer consumes (cfg.input_format)
+  Routing routing;     // the routing the reference uses
+  std::vector<float> logits;  // set for Router* patterns: the backend routes itself
+};
+/// Build weights and fresh inputs for a case from a seed.
+CaseData make_case_data(const SuiteCase& c, uint64_t seed);
+/// Fresh inputs (activations, routing) for already-built weights.
+void make_case_inputs(const SuiteCase& c, uint64_t seed, CaseData& d);
+
+/// Run a prepared case on a backend and judge it. Never throws for a failing check;
+/// backend errors become a Fail with the message in `note`.
+CaseResult judge_case(const SuiteCase& c, const CaseData& d, Backend backend, uint64_t seed);
+CaseResult run_case(const SuiteCase& c, Backend backend, uint64_t seed);
+
+}  // namespace mxmoe

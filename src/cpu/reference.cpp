@@ -1,0 +1,412 @@
+// The float64 oracle (SPEC §8) and the unquantized "ideal" (reference.h).
+//
+// Both run one engine (forward_f64) that differs only in where its numbers come from:
+// the oracle dequantizes the same MXFP4/MXFP8/BF16 bytes the kernels read (exactly:
+// every MX value is a small integer times a power of two, which a double holds) and
+// mirrors the intermediate quantization; the ideal reads float weights and never rounds.
+//
+// Work is split so that the answer cannot depend on the thread count:
+//   * (token, slot) pairs are grouped by local expert, in (token, slot) order;
+//   * GEMM1 items are (expert, 64 kernel rows) = 32 whole intermediate columns (gate and
+//     up side by side, layout.h), so the activation and the 32-wide MXFP8 block of the
+//     intermediate are finished inside one item; GEMM2 items are (expert, 32 rows of W2);
+//   * every dot product has one fixed summation order (dot_tile), whatever item or
+//     thread computes it; finalize sums slots 0..k-1 per element.
+// Each item dequantizes only its own weight rows, so every expert's weights are
+// dequantized once per token batch and memory stays at one row chunk per thread plus
+// the per-pair activations (token batches bound those to ~256 MiB).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "mxmoe/error.h"
+#include "mxmoe/formats.h"
+#include "mxmoe/layout.h"
+#include "mxmoe/reference.h"
+
+namespace mxmoe {
+
+void validate_forward_inputs(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                             const Routing& routing) {
+  cfg.validate();
+  w.validate(cfg);
+  x.validate("x", cfg.hidden);
+  MXMOE_CHECK_ARG(x.format == cfg.input_format, "x", "format ", to_string(x.format),
+                  " differs from config.input_format ", to_string(cfg.input_format),
+                  " (quantize with Activations::to_mxfp8 or change the config)");
+  routing.validate(cfg);
+  MXMOE_CHECK_ARG(routing.tokens == x.tokens, "routing.tokens", routing.tokens,
+                  " does not match x.tokens ", x.tokens);
+}
+
+namespace {
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Runs body(item, worker) for item in [0, n) on up to `threads` workers pulling items
+// from a shared counter. Items write disjoint outputs, so the schedule cannot change
+// the result; `worker` only selects scratch space.
+void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& body) {
+  const int nt = static_cast<int>(std::min<int64_t>(threads, n));
+  if (nt <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex mu;
+  auto work = [&](int worker) {
+    for (;;) {
+      const int64_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        body(i, worker);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        next.store(n);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Four doubles; GCC/Clang lower it to whatever SIMD the target has. Plain multiply and
+// add (no FMA on the baseline x86-64 target), so the value of a dot product is the same
+// on every x86-64 machine.
+typedef double v4d __attribute__((vector_size(32)));
+
+// The one summation order of every dot product here: lane l accumulates the elements
+// k = l (mod 4) in increasing k, then (l0 + l1) + (l2 + l3). Tiling R x C dots only
+// reuses loads; it does not change any dot's order.
+template <int R, int C>
+inline void dot_tile(const double* const* a, const double* const* b, int64_t len, double* out,
+                     int64_t ldo) {
+  v4d acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = v4d{0.0, 0.0, 0.0, 0.0};
+  for (int64_t k = 0; k < len; k += 4) {
+    v4d bv[C];
+    for (int c = 0; c < C; ++c) std::memcpy(&bv[c], b[c] + k, sizeof(v4d));  // unaligned load
+    for (int r = 0; r < R; ++r) {
+      v4d av;
+      std::memcpy(&av, a[r] + k, sizeof av);
+      for (int c = 0; c < C; ++c) acc[r][c] += av * bv[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[r * ldo + c] = (acc[r][c][0] + acc[r][c][1]) + (acc[r][c][2] + acc[r][c][3]);
+}
+
+// out[p][c] = dot(a[p], b[c]) for p < np (row pointers) and c < nb (rows of b, stride len).
+// nb is even (64 or 32 rows), len a multiple of 32.
+void dot_block(const double* const* a, int64_t np, const double* b, int64_t nb, int64_t len,
+               double* out, int64_t ldo) {
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2) {
+    for (int64_t c = 0; c < nb; c += 2) {
+      const double* bp[2] = {b + c * len, b + (c + 1) * len};
+      dot_tile<2, 2>(a + p, bp, len, out + p * ldo + c, ldo);
+    }
+  }
+  for (; p < np; ++p) {
+    for (int64_t c = 0; c < nb; c += 2) {
+      const double* bp[2] = {b + c * len, b + (c + 1) * len};
+      dot_tile<1, 2>(a + p, bp, len, out + p * ldo + c, ldo);
+    }
+  }
+}
+
+// Where the engine's numbers come from (quantized bytes or ideal floats).
+struct F64Problem {
+  const MoeConfig* cfg = nullptr;
+  const Routing* routing = nullptr;
+  int64_t tokens = 0, num_local = 0;
+  // dst[r][0..cols) = rows [row0, row0+nrows) of W13 (kernel order, cols K) or W2 (cols N)
+  // of local expert e, exactly.
+  std::function<void(int64_t e, int64_t row0, int64_t nrows, double* dst)> w13_rows, w2_rows;
+  std::function<void(int64_t t, double* dst)> x_row;  // K values of token t
+  const float* w13_bias = nullptr;                   // [E_local][2N] or null
+  const float* w2_bias = nullptr;                    // [E_local][K] or null
+  bool mirror_intermediate = false;
+};
+
+// Rounds the activation output the way the kernels store the intermediate, then returns
+// the exact value GEMM2 consumes. v holds one 32-wide block (a whole MXFP8 block).
+void mirror_block(const MoeConfig& cfg, double* v) {
+  float f[kMxBlock];
+  for (int i = 0; i < kMxBlock; ++i) f[i] = static_cast<float>(v[i]);
+  if (cfg.intermediate_format == IntermediateFormat::MXFP8) {
+    uint8_t codes[kMxBlock], scale;
+    fmt::quantize_block_e4m3(f, codes, &scale, cfg.scale_rule);
+    for (int i = 0; i < kMxBlock; ++i) v[i] = fmt::dequant_e4m3(codes[i], scale);
+  } else {
+    for (int i = 0; i < kMxBlock; ++i)
+      v[i] = static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f[i])));
+  }
+}
+
+// out64 [M][K] (unrounded, output_scale applied).
+void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
+  const MoeConfig& cfg = *p.cfg;
+  const Routing& rt = *p.routing;
+  const int64_t M = p.tokens, K = cfg.hidden, N = cfg.intermediate, E = p.num_local;
+  const int64_t top_k = cfg.top_k;
+  const int nt = resolve_threads(threads);
+  out64.assign(static_cast<size_t>(M * K), 0.0);
+
+  // Token batches keep the per-pair buffers (act [P][N], y [P][K]) near 256 MiB.
+  const int64_t cap_pairs = std::max<int64_t>(top_k, (int64_t{256} << 20) / ((N + K) * 8));
+  const int64_t batch = std::max<int64_t>(1, cap_pairs / top_k);
+
+  constexpr int64_t kRows1 = 2 * kGateUpChunk;  // GEMM1 item: 64 kernel rows
+  constexpr int64_t kRows2 = kMxBlock;              // GEMM2 item: 32 rows of W2
+  std::vector<std::vector<double>> wbuf(static_cast<size_t>(nt));
+  std::vector<std::vector<double>> hbuf(static_cast<size_t>(nt));
+  std::vector<std::vector<const double*>> abuf(static_cast<size_t>(nt));
+
+  for (int64_t t0 = 0; t0 < M; t0 += batch) {
+    const int64_t t1 = std::min(M, t0 + batch), mb = t1 - t0;
+
+    // Group this batch's (token, slot) pairs by local expert, in (token, slot) order.
+    std::vector<int64_t> start(static_cast<size_t>(E + 1), 0);
+    std::vector<int64_t> pair_of(static_cast<size_t>(mb * top_k), -1);
+    std::vector<int32_t> local(static_cast<size_t>(mb * top_k), -1);
+    for (int64_t i = 0; i < mb * top_k; ++i) {
+      local[i] = cfg.local_of(rt.ids[static_cast<size_t>(t0 * top_k + i)]);
+      if (local[i] >= 0) ++start[local[i] + 1];
+    }
+    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+    const int64_t P = start[E];
+    std::vector<int64_t> pair_token(static_cast<size_t>(P));
+    {
+      std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+      for (int64_t i = 0; i < mb * top_k; ++i) {
+        if (local[i] < 0) continue;
+        const int64_t pos = cursor[local[i]]++;
+        pair_of[i] = pos;
+        pair_token[pos] = i / top_k;  // batch-relative token
+      }
+    }
+    if (P == 0) continue;  // every row of the batch stays zero
+
+    std::vector<double> xb(static_cast<size_t>(mb * K));
+    parallel_for(mb, nt, [&](int64_t t, int) { p.x_row(t0 + t, &xb[t * K]); });
+
+    std::vector<int64_t> experts;
+    for (int64_t e = 0; e < E; ++e)
+      if (start[e + 1] > start[e]) experts.push_back(e);
+    const int64_t ne = static_cast<int64_t>(experts.size());
+
+    // GEMM1 + bias + activation + intermediate mirror.
+    std::vector<double> act(static_cast<size_t>(P * N));
+    const int64_t chunks1 = N / kGateUpChunk;
+    parallel_for(ne * chunks1, nt, [&](int64_t item, int worker) {
+      const int64_t e = experts[item / chunks1], c = item % chunks1;
+      const int64_t p0 = start[e], np = start[e + 1] - p0;
+      std::vector<double>& w = wbuf[worker];
+      std::vector<double>& h = hbuf[worker];
+      std::vector<const double*>& a = abuf[worker];
+      w.resize(static_cast<size_t>(std::max(kRows1 * K, kRows2 * N)));
+      h.resize(static_cast<size_t>(std::max(np * kRows1, np * kRows2)));
+      a.resize(static_cast<size_t>(np));
+      p.w13_rows(e, c * kRows1, kRows1, w.data());
+      for (int64_t q = 0; q < np; ++q) a[q] = &xb[pair_token[p0 + q] * K];
+      dot_block(a.data(), np, w.data(), kRows1, K, h.data(), kRows1);
+      const float* bias = p.w13_bias ? p.w13_bias + (e * 2 * N + c * kRows1) : nullptr;
+      double v[kMxBlock];
+      for (int64_t q = 0; q < np; ++q) {
+        const double* hq = &h[q * kRows1];
+        for (int i = 0; i < kMxBlock; ++i) {
+          double g = hq[i], u = hq[kGateUpChunk + i];
+          if (bias) {
+            g += static_cast<double>(bias[i]);
+            u += static_cast<double>(bias[kGateUpChunk + i]);
+          }
+          v[i] = activation_ref(cfg.activation, e, g, u);
+        }
+        if (p.mirror_intermediate) mirror_block(cfg, v);
+        std::memcpy(&act[(p0 + q) * N + c * kGateUpChunk], v, sizeof v);
+      }
+    });
+
+    // GEMM2 + bias.
+    std::vector<double> y(static_cast<size_t>(P * K));
+    const int64_t chunks2 = K / kRows2;
+    parallel_for(ne * chunks2, nt, [&](int64_t item, int worker) {
+      const int64_t e = experts[item / chunks2], c = item % chunks2;
+      const int64_t p0 = start[e], np = start[e + 1] - p0;
+      std::vector<double>& w = wbuf[worker];
+      std::vector<double>& h = hbuf[worker];
+      std::vector<const double*>& a = abuf[worker];
+      w.resize(static_cast<size_t>(std::max(kRows1 * K, kRows2 * N)));
+      h.resize(static_cast<size_t>(std::max(np * kRows1, np * kRows2)));
+      a.resize(static_cast<size_t>(np));
+      p.w2_rows(e, c * kRows2, kRows2, w.data());
+      for (int64_t q = 0; q < np; ++q) a[q] = &act[(p0 + q) * N];
+      dot_block(a.data(), np, w.data(), kRows2, N, h.data(), kRows2);
+      const float* bias = p.w2_bias ? p.w2_bias + (e * K + c * kRows2) : nullptr;
+      for (int64_t q = 0; q < np; ++q)
+        for (int64_t r = 0; r < kRows2; ++r)
+          y[(p0 + q) * K + c * kRows2 + r] =
+              h[q * kRows2 + r] + (bias ? static_cast<double>(bias[r]) : 0.0);
+    });
+
+    // Finalize: slots in order 0..k-1, then the output scale.
+    const double oscale = static_cast<double>(cfg.output_scale);
+    parallel_for(mb, nt, [&](int64_t t, int) {
+      double* o = &out64[(t0 + t) * K];
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t pos = pair_of[t * top_k + j];
+        if (pos < 0) continue;
+        const double wt = static_cast<double>(rt.weights[static_cast<size_t>((t0 + t) * top_k + j)]);
+        const double* yp = &y[pos * K];
+        for (int64_t k = 0; k < K; ++k) o[k] += wt * yp[k];
+      }
+      for (int64_t k = 0; k < K; ++k) o[k] *= oscale;
+    });
+  }
+}
+
+// Exact dequantization of MXFP4 rows (row-major, `cols` along K): element value is
+// E2M1(code) * 2^(scale-127), the same double fmt::dequant_e2m1 returns, computed once
+// per block for the scale (NaN for a 0xFF scale, so NaN reaches every element of it).
+void dequant_mxfp4_rows(const uint8_t* packed, const uint8_t* scale, int64_t nrows, int64_t cols,
+                        double* dst) {
+  double lut[16];
+  for (int c = 0; c < 16; ++c) lut[c] = fmt::dequant_e2m1(static_cast<uint8_t>(c), 0, 127);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const uint8_t* pr = packed + r * (cols / 2);
+    const uint8_t* sr = scale + r * (cols / kMxBlock);
+    double* d = dst + r * cols;
+    for (int64_t b = 0; b < cols / kMxBlock; ++b) {
+      const double s = fmt::dequant_e2m1(0x2, 0, sr[b]);  // 1.0 * 2^(s-127), or NaN
+      for (int i = 0; i < kMxBlock / 2; ++i) {
+        const uint8_t byte = pr[b * (kMxBlock / 2) + i];
+        d[b * kMxBlock + 2 * i] = lut[byte & 0xF] * s;
+        d[b * kMxBlock + 2 * i + 1] = lut[byte >> 4] * s;
+      }
+    }
+  }
+}
+
+void round_output(const MoeConfig& cfg, int64_t M, const std::vector<double>& v, Output& out) {
+  Output o;
+  o.format = cfg.output_format;
+  o.tokens = M;
+  o.hidden = cfg.hidden;
+  if (cfg.output_format == OutputFormat::BF16) {
+    o.bf16.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o.bf16[i] = fmt::float_to_bf16(static_cast<float>(v[i]));
+  } else {
+    o.fp32.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o.fp32[i] = static_cast<float>(v[i]);
+  }
+  out = std::move(o);
+}
+
+void validate_ideal(const MoeConfig& cfg, const IdealWeights& w, const std::vector<float>& x,
+                    const Routing& routing) {
+  cfg.validate();
+  const int64_t el = cfg.local_experts(), K = cfg.hidden, N = cfg.intermediate;
+  MXMOE_CHECK_ARG(w.num_local == el, "weights.num_local", w.num_local,
+                  " does not match the config's local experts ", el);
+  MXMOE_CHECK_ARG(w.hidden == K, "weights.hidden", w.hidden, " does not match config.hidden ", K);
+  MXMOE_CHECK_ARG(w.intermediate == N, "weights.intermediate", w.intermediate,
+                  " does not match config.intermediate ", N);
+  MXMOE_CHECK_ARG(static_cast<int64_t>(w.w13.size()) == el * 2 * N * K, "weights.w13", "has ",
+                  w.w13.size(), " elements, expected ", el * 2 * N * K, " ([E_local][2N][K])");
+  MXMOE_CHECK_ARG(static_cast<int64_t>(w.w2.size()) == el * K * N, "weights.w2", "has ",
+                  w.w2.size(), " elements, expected ", el * K * N, " ([E_local][K][N])");
+  const int64_t b13 = cfg.has_bias ? el * 2 * N : 0, b2 = cfg.has_bias ? el * K : 0;
+  MXMOE_CHECK_ARG(static_cast<int64_t>(w.w13_bias.size()) == b13, "weights.w13_bias", "has ",
+                  w.w13_bias.size(), " elements, expected ", b13, " (config.has_bias ",
+                  cfg.has_bias, ")");
+  MXMOE_CHECK_ARG(static_cast<int64_t>(w.w2_bias.size()) == b2, "weights.w2_bias", "has ",
+                  w.w2_bias.size(), " elements, expected ", b2, " (config.has_bias ",
+                  cfg.has_bias, ")");
+  routing.validate(cfg);
+  MXMOE_CHECK_ARG(static_cast<int64_t>(x.size()) == routing.tokens * K, "x", "has ", x.size(),
+                  " elements, expected routing.tokens * hidden = ", routing.tokens * K);
+}
+
+}  // namespace
+
+void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                       const Routing& routing, Output& out, std::vector<double>* out64,
+                       int threads) {
+  validate_forward_inputs(cfg, w, x, routing);
+  const int64_t K = cfg.hidden, N = cfg.intermediate;
+  F64Problem p;
+  p.cfg = &cfg;
+  p.routing = &routing;
+  p.tokens = x.tokens;
+  p.num_local = w.num_local;
+  p.w13_rows = [&](int64_t e, int64_t row0, int64_t nrows, double* dst) {
+    const int64_t row = e * 2 * N + row0;
+    dequant_mxfp4_rows(&w.w13_packed[row * (K / 2)], &w.w13_scale[row * (K / kMxBlock)], nrows,
+                       K, dst);
+  };
+  p.w2_rows = [&](int64_t e, int64_t row0, int64_t nrows, double* dst) {
+    const int64_t row = e * K + row0;
+    dequant_mxfp4_rows(&w.w2_packed[row * (N / 2)], &w.w2_scale[row * (N / kMxBlock)], nrows, N,
+                       dst);
+  };
+  p.x_row = [&](int64_t t, double* dst) {
+    for (int64_t k = 0; k < K; ++k) dst[k] = x.value(t, k);
+  };
+  if (cfg.has_bias) {
+    p.w13_bias = w.w13_bias.data();
+    p.w2_bias = w.w2_bias.data();
+  }
+  p.mirror_intermediate = true;
+  std::vector<double> v;
+  forward_f64(p, v, threads);
+  round_output(cfg, x.tokens, v, out);
+  if (out64) *out64 = std::move(v);
+}
+
+void ideal_forward(const MoeConfig& cfg, const IdealWeights& w, const std::vector<float>& x,
+                   const Routing& routing, std::vector<double>& out, int threads) {
+  validate_ideal(cfg, w, x, routing);
+  const int64_t K = cfg.hidden, N = cfg.intermediate;
+  F64Problem p;
+  p.cfg = &cfg;
+  p.routing = &routing;
+  p.tokens = routing.tokens;
+  p.num_local = w.num_local;
+  p.w13_rows = [&](int64_t e, int64_t row0, int64_t nrows, double* dst) {
+    const float* src = &w.w13[(e * 2 * N + row0) * K];
+    for (int64_t i = 0; i < nrows * K; ++i) dst[i] = static_cast<double>(src[i]);
+  };
+  p.w2_rows = [&](int64_t e, int64_t row0, int64_t nrows, double* dst) {
+    const float* src = &w.w2[(e * K + row0) * N];
+    for (int64_t i = 0; i < nrows * N; ++i) dst[i] = static_cast<double>(src[i]);
+  };
+  p.x_row = [&](int64_t t, double* dst) {
+    for (int64_t k = 0; k < K; ++k) dst[k] = static_cast<double>(x[t * K + k]);
+  };
+  if (cfg.has_bias) {
+    p.w13_bias = w.w13_bias.data();
+    p.w2_bias = w.w2_bias.data();
+  }
+  p.mirror_intermediate = false;
+  std::vector<double> v;
+  forward_f64(p, v, threads);
+  out = std::move(v);
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,472 @@
+// Kimi-K3 and GPT-OSS MXFP4 checkpoints: loading (with EP slicing) into the kernel
+// layout, writing (conversion), and synthetic checkpoints whose metadata regenerates
+// their weights.
+//
+// Everything read from a file is checked before use: each tensor's dtype and shape
+// against what the first expert implies, so a wrong file fails with the tensor's name,
+// the expected and the actual value instead of loading plausible garbage (SPEC §5, §9).
+#include "mxmoe/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <set>
+
+#include "../cpu/synthetic_streams.h"
+#include "mxmoe/error.h"
+#include "mxmoe/random.h"
+#include "mxmoe/safetensors.h"
+
+namespace mxmoe {
+
+using detail::cat;
+
+namespace {
+
+constexpr const char* kFormatVersion = "1";
+constexpr const char* kMd = "mxmoe.synthetic.";
+
+std::string default_prefix(int64_t layer) { return cat("model.layers.", layer, ".mlp"); }
+
+std::string kimi_name(const std::string& prefix, int64_t e, int w, const char* part) {
+  return cat(prefix, ".experts.", e, ".w", w, ".weight_", part);
+}
+std::string gptoss_name(const std::string& prefix, const char* what) {
+  return cat(prefix, ".experts.", what);
+}
+std::string correction_bias_name(const std::string& prefix) {
+  return prefix + ".gate.e_score_correction_bias";
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Where experts live in this file, for the "nothing found under this prefix" message.
+std::string expert_prefixes_hint(const SafetensorsFile& f) {
+  std::set<std::string> prefixes;
+  for (const auto& t : f.tensors()) {
+    const size_t p = t.name.find(".experts.");
+    if (p != std::string::npos) prefixes.insert(t.name.substr(0, p));
+  }
+  if (prefixes.empty()) return "the file holds no '.experts.' tensors";
+  std::string s = "expert prefixes in the file: ";
+  int n = 0;
+  for (const auto& p : prefixes) {
+    if (n == 8) {
+      s += ", ...";
+      break;
+    }
+    s += (n++ ? ", '" : "'") + p + "'";
+  }
+  return s;
+}
+
+// F32 or BF16 tensor of `shape` -> floats (rows [row0, row0+rows) of a 2-D tensor when
+// `rows` >= 0, the whole tensor otherwise).
+std::vector<float> read_floats(const SafetensorsFile& f, const std::string& name,
+                               const std::vector<int64_t>& shape, int64_t row0 = 0, int64_t rows = -1) {
+  const TensorInfo& t = f.info(name);
+  if (t.dtype != StDType::F32 && t.dtype != StDType::BF16)
+    throw FormatError(cat("tensor '", name, "': dtype ", to_string(t.dtype), ", expected F32 or BF16"));
+  const uint8_t* p = f.expect(name, t.dtype, shape);
+  int64_t row_len = 1;
+  for (size_t i = 1; i < shape.size(); ++i) row_len *= shape[i];
+  if (rows < 0) {
+    rows = shape.empty() ? 1 : shape[0];
+    row0 = 0;
+  }
+  std::vector<float> out(static_cast<size_t>(rows * row_len));
+  const size_t es = dtype_size(t.dtype);
+  p += static_cast<size_t>(row0 * row_len) * es;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == StDType::F32) {
+      std::memcpy(&out[i], p + 4 * i, 4);  // the data section need not be 4-byte aligned
+    } else {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      out[i] = fmt::bf16_to_float(b);
+    }
+  }
+  return out;
+}
+
+void check_ep(int64_t E, const LoadOptions& o) {
+  MXMOE_CHECK_ARG(o.ep_size >= 1, "ep_size", o.ep_size, " must be >= 1");
+  MXMOE_CHECK_ARG(o.ep_rank >= 0 && o.ep_rank < o.ep_size, "ep_rank", o.ep_rank,
+                  " must be in [0, ep_size ", o.ep_size, ")");
+  MXMOE_CHECK_ARG(E % o.ep_size == 0, "ep_size", o.ep_size, " does not divide the checkpoint's ",
+                  E, " experts");
+}
+
+void check_mx_dims(const std::string& tensor, int64_t K, int64_t N) {
+  if (K <= 0 || K % kMxBlock != 0 || N <= 0 || N % kMxBlock != 0)
+    throw FormatError(cat("tensor '", tensor, "': implies hidden ", K, " and intermediate ", N,
+                          "; both must be positive multiples of ", kMxBlock));
+}
+
+std::vector<uint8_t> bytes_of(const uint8_t* p, size_t n) { return std::vector<uint8_t>(p, p + n); }
+
+LoadedLayer load_kimi(const SafetensorsFile& f, const std::string& prefix, const LoadOptions& o) {
+  // Experts are numbered 0..E-1; E is one past the largest index present, and every
+  // index below it must then be complete (checked tensor by tensor below).
+  const std::string ep = prefix + ".experts.";
+  int64_t E = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.name.compare(0, ep.size(), ep) != 0) continue;
+    const size_t dot = t.name.find('.', ep.size());
+    const std::string idx = t.name.substr(ep.size(), dot == std::string::npos ? std::string::npos : dot - ep.size());
+    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (idx.size() > 7 || (idx.size() > 1 && idx[0] == '0'))
+      throw FormatError(cat("tensor '", t.name, "': expert index '", idx, "' is not a plausible index"));
+    E = std::max<int64_t>(E, std::stoll(idx) + 1);
+  }
+  const std::string w1p = kimi_name(prefix, 0, 1, "packed");
+  const TensorInfo& t0 = f.info(w1p);
+  if (t0.dtype != StDType::U8 || t0.shape.size() != 2)
+    throw FormatError(cat("tensor '", w1p, "': dtype ", to_string(t0.dtype), " shape ", shape_str(t0.shape),
+                          ", expected U8 [intermediate, hidden/2]"));
+  const int64_t N = t0.shape[0], K = 2 * t0.shape[1];
+  check_mx_dims(w1p, K, N);
+  check_ep(E, o);
+  const int64_t EL = E / o.ep_size, first = o.ep_rank * EL;
+
+  std::vector<SourceExpert> experts(static_cast<size_t>(EL));
+  for (int64_t e = 0; e < E; ++e) {
+    const bool local = e >= first && e < first + EL;
+    // Shapes of every expert are checked (cheap, header only); bytes only for ours.
+    const uint8_t* w1 = f.expect(kimi_name(prefix, e, 1, "packed"), StDType::U8, {N, K / 2});
+    const uint8_t* s1 = f.expect(kimi_name(prefix, e, 1, "scale"), StDType::U8, {N, K / kMxBlock});
+    const uint8_t* w3 = f.expect(kimi_name(prefix, e, 3, "packed"), StDType::U8, {N, K / 2});
+    const uint8_t* s3 = f.expect(kimi_name(prefix, e, 3, "scale"), StDType::U8, {N, K / kMxBlock});
+    const uint8_t* w2 = f.expect(kimi_name(prefix, e, 2, "packed"), StDType::U8, {K, N / 2});
+    const uint8_t* s2 = f.expect(kimi_name(prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock});
+    if (!local) continue;
+    SourceExpert& x = experts[static_cast<size_t>(e - first)];
+    x.w13.rows = 2 * N;
+    x.w13.cols = K;
+    x.w13.packed = bytes_of(w1, N * K / 2);  // gate half, then the up half (W13Layout::GateUp)
+    x.w13.packed.insert(x.w13.packed.end(), w3, w3 + N * K / 2);
+    x.w13.scale = bytes_of(s1, N * K / kMxBlock);
+    x.w13.scale.insert(x.w13.scale.end(), s3, s3 + N * K / kMxBlock);
+    x.w2.rows = K;
+    x.w2.cols = N;
+    x.w2.packed = bytes_of(w2, K * N / 2);
+    x.w2.scale = bytes_of(s2, K * N / kMxBlock);
+  }
+  LoadedLayer L;
+  L.format = CheckpointFormat::KimiK3;
+  L.num_experts = E;
+  L.hidden = K;
+  L.intermediate = N;
+  L.weights = to_kernel_layout(experts, W13Layout::GateUp);
+  return L;
+}
+
+LoadedLayer load_gptoss(const SafetensorsFile& f, const std::string& prefix, const LoadOptions& o) {
+  const std::string gub = gptoss_name(prefix, "gate_up_proj_blocks");
+  const TensorInfo& t0 = f.info(gub);
+  if (t0.dtype != StDType::U8 || t0.shape.size() != 4 || t0.shape[3] != 16 || t0.shape[1] % 2 != 0)
+    throw FormatError(cat("tensor '", gub, "': dtype ", to_string(t0.dtype), " shape ", shape_str(t0.shape),
+                          ", expected U8 [experts, 2*intermediate, hidden/32, 16]"));
+  const int64_t E = t0.shape[0], N = t0.shape[1] / 2, K = t0.shape[2] * kMxBlock;
+  if (E <= 0) throw FormatError(cat("tensor '", gub, "': no experts (shape ", shape_str(t0.shape), ")"));
+  check_mx_dims(gub, K, N);
+  check_ep(E, o);
+  const int64_t EL = E / o.ep_size, first = o.ep_rank * EL;
+
+  const uint8_t* gu_b = f.expect(gub, StDType::U8, {E, 2 * N, K / kMxBlock, 16});
+  const uint8_t* gu_s = f.expect(gptoss_name(prefix, "gate_up_proj_scales"), StDType::U8, {E, 2 * N, K / kMxBlock});
+  const uint8_t* dn_b = f.expect(gptoss_name(prefix, "down_proj_blocks"), StDType::U8, {E, K, N / kMxBlock, 16});
+  const uint8_t* dn_s = f.expect(gptoss_name(prefix, "down_proj_scales"), StDType::U8, {E, K, N / kMxBlock});
+  const std::string gu_bias = gptoss_name(prefix, "gate_up_proj_bias");
+  const std::string dn_bias = gptoss_name(prefix, "down_proj_bias");
+  if (f.has(gu_bias) != f.has(dn_bias))
+    throw FormatError(cat("tensor '", f.has(gu_bias) ? dn_bias : gu_bias, "' not found, but '",
+                          f.has(gu_bias) ? gu_bias : dn_bias, "' is present (biases come in pairs)"));
+  const bool has_bias = f.has(gu_bias);
+  std::vector<float> b13, b2;
+  if (has_bias) {
+    b13 = read_floats(f, gu_bias, {E, 2 * N}, first, EL);
+    b2 = read_floats(f, dn_bias, {E, K}, first, EL);
+  }
+
+  std::vector<SourceExpert> experts(static_cast<size_t>(EL));
+  for (int64_t l = 0; l < EL; ++l) {
+    const int64_t e = first + l;
+    SourceExpert& x = experts[static_cast<size_t>(l)];
+    x.w13.rows = 2 * N;
+    x.w13.cols = K;
+    x.w13.packed = bytes_of(gu_b + e * 2 * N * K / 2, 2 * N * K / 2);
+    x.w13.scale = bytes_of(gu_s + e * 2 * N * K / kMxBlock, 2 * N * K / kMxBlock);
+    x.w2.rows = K;
+    x.w2.cols = N;
+    x.w2.packed = bytes_of(dn_b + e * K * N / 2, K * N / 2);
+    x.w2.scale = bytes_of(dn_s + e * K * N / kMxBlock, K * N / kMxBlock);
+    if (has_bias) {
+      x.w13_bias.assign(b13.begin() + l * 2 * N, b13.begin() + (l + 1) * 2 * N);
+      x.w2_bias.assign(b2.begin() + l * K, b2.begin() + (l + 1) * K);
+    }
+  }
+  LoadedLayer L;
+  L.format = CheckpointFormat::GptOss;
+  L.num_experts = E;
+  L.hidden = K;
+  L.intermediate = N;
+  L.weights = to_kernel_layout(experts, W13Layout::Interleaved);
+  return L;
+}
+
+bool parse_i64(const std::string& s, int64_t& v) {
+  const char* b = s.data();
+  const char* e = b + s.size();
+  auto r = std::from_chars(b, e, v);
+  return r.ec == std::errc() && r.ptr == e && !s.empty();
+}
+bool parse_u64(const std::string& s, uint64_t& v) {
+  const char* b = s.data();
+  const char* e = b + s.size();
+  auto r = std::from_chars(b, e, v);
+  return r.ec == std::errc() && r.ptr == e && !s.empty();
+}
+
+// Biases as BF16 where that is lossless (synthetic and real GPT-OSS biases are BF16
+// values), else F32: conversion never loses bits and round trips reproduce the file.
+bool bf16_exact(const std::vector<float>& v) {
+  for (float x : v)
+    if (fmt::float_bits(fmt::bf16_to_float(fmt::float_to_bf16(x))) != fmt::float_bits(x)) return false;
+  return true;
+}
+
+void add_floats(SafetensorsWriter& w, const std::string& name, const std::vector<float>& v,
+                std::vector<int64_t> shape) {
+  if (bf16_exact(v)) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = fmt::float_to_bf16(v[i]);
+    w.add(name, StDType::BF16, std::move(shape), b.data(), b.size() * 2);
+  } else {
+    w.add(name, StDType::F32, std::move(shape), v.data(), v.size() * 4);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+const char* to_string(CheckpointFormat f) {
+  switch (f) {
+    case CheckpointFormat::KimiK3: return "kimi";
+    case CheckpointFormat::GptOss: return "gpt-oss";
+  }
+  return "?";
+}
+
+CheckpointFormat parse_checkpoint_format(const std::string& s) {
+  if (s == "kimi" || s == "kimi-k3") return CheckpointFormat::KimiK3;
+  if (s == "gpt-oss" || s == "gptoss") return CheckpointFormat::GptOss;
+  throw InvalidArgument("format", cat("'", s, "' is not a checkpoint format (kimi | gpt-oss)"));
+}
+
+LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options) {
+  MXMOE_CHECK_ARG(options.layer >= 0, "layer", options.layer, " must be >= 0");
+  MXMOE_CHECK_ARG(options.ep_size >= 1, "ep_size", options.ep_size, " must be >= 1");
+  MXMOE_CHECK_ARG(options.ep_rank >= 0 && options.ep_rank < options.ep_size, "ep_rank",
+                  options.ep_rank, " must be in [0, ep_size ", options.ep_size, ")");
+  const std::string prefix = options.prefix.empty() ? default_prefix(options.layer) : options.prefix;
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const bool gpt = f.has(gptoss_name(prefix, "gate_up_proj_blocks"));
+  const bool kimi = f.has(kimi_name(prefix, 0, 1, "packed"));
+  try {
+    if (gpt && kimi)
+      throw FormatError(cat("both Kimi-K3 ('", kimi_name(prefix, 0, 1, "packed"), "') and GPT-OSS ('",
+                            gptoss_name(prefix, "gate_up_proj_blocks"),
+                            "') experts under prefix '", prefix, "': ambiguous"));
+    if (!gpt && !kimi)
+      throw FormatError(cat("no experts under prefix '", prefix, "' (looked for Kimi-K3 '",
+                            kimi_name(prefix, 0, 1, "packed"), "' and GPT-OSS '",
+                            gptoss_name(prefix, "gate_up_proj_blocks"), "'); ",
+                            expert_prefixes_hint(f)));
+    LoadedLayer L = gpt ? load_gptoss(f, prefix, options) : load_kimi(f, prefix, options);
+    const std::string cb = correction_bias_name(prefix);
+    if (f.has(cb)) L.correction_bias = read_floats(f, cb, {L.num_experts});
+    L.metadata = f.metadata();
+    return L;
+  } catch (const FormatError& e) {
+    throw FormatError(cat(path, ": ", e.what()));
+  }
+}
+
+void write_checkpoint(const std::string& path, const LoadedLayer& layer, CheckpointFormat format,
+                      const std::string& prefix_in, int64_t layer_index) {
+  const ExpertWeights& w = layer.weights;
+  const int64_t E = layer.num_experts, K = layer.hidden, N = layer.intermediate;
+  MXMOE_CHECK_ARG(layer_index >= 0, "layer_index", layer_index, " must be >= 0");
+  MXMOE_CHECK_ARG(E > 0 && w.num_local == E, "layer", "holds ", w.num_local, " of ", E,
+                  " experts; writing a checkpoint needs all of them (load with ep_size 1)");
+  MXMOE_CHECK_ARG(w.hidden == K && w.intermediate == N, "layer", "weights are ", w.hidden, "x",
+                  w.intermediate, " but the layer says hidden ", K, ", intermediate ", N);
+  MXMOE_CHECK_ARG(K > 0 && K % kMxBlock == 0 && N > 0 && N % kMxBlock == 0, "layer",
+                  "hidden ", K, " and intermediate ", N, " must be positive multiples of 32");
+  MXMOE_CHECK_ARG(static_cast<int64_t>(w.w13_packed.size()) == E * 2 * N * K / 2 &&
+                      static_cast<int64_t>(w.w13_scale.size()) == E * 2 * N * K / kMxBlock &&
+                      static_cast<int64_t>(w.w2_packed.size()) == E * K * N / 2 &&
+                      static_cast<int64_t>(w.w2_scale.size()) == E * K * N / kMxBlock,
+                  "layer", "weight buffers do not match ", E, " experts of hidden ", K,
+                  ", intermediate ", N);
+  const bool has_bias = !w.w13_bias.empty() || !w.w2_bias.empty();
+  MXMOE_CHECK_ARG(!has_bias || (static_cast<int64_t>(w.w13_bias.size()) == E * 2 * N &&
+                                static_cast<int64_t>(w.w2_bias.size()) == E * K),
+                  "layer", "bias sizes ", w.w13_bias.size(), " and ", w.w2_bias.size(),
+                  " do not match [E][2N] = ", E * 2 * N, " and [E][K] = ", E * K);
+  MXMOE_CHECK_ARG(format != CheckpointFormat::KimiK3 || !has_bias, "format",
+                  "Kimi-K3 checkpoints hold no expert biases, but this layer has them (write gpt-oss)");
+  MXMOE_CHECK_ARG(layer.correction_bias.empty() || static_cast<int64_t>(layer.correction_bias.size()) == E,
+                  "layer", "correction_bias has ", layer.correction_bias.size(), " entries, expected ", E);
+  const std::string prefix = prefix_in.empty() ? default_prefix(layer_index) : prefix_in;
+
+  SafetensorsWriter out;
+  if (format == CheckpointFormat::KimiK3) {
+    const std::vector<SourceExpert> src = from_kernel_layout(w, W13Layout::GateUp);
+    for (int64_t e = 0; e < E; ++e) {
+      const SourceExpert& x = src[static_cast<size_t>(e)];
+      const size_t hp = static_cast<size_t>(N * K / 2), hs = static_cast<size_t>(N * K / kMxBlock);
+      out.add(kimi_name(prefix, e, 1, "packed"), StDType::U8, {N, K / 2}, x.w13.packed.data(), hp);
+      out.add(kimi_name(prefix, e, 1, "scale"), StDType::U8, {N, K / kMxBlock}, x.w13.scale.data(), hs);
+      out.add(kimi_name(prefix, e, 3, "packed"), StDType::U8, {N, K / 2}, x.w13.packed.data() + hp, hp);
+      out.add(kimi_name(prefix, e, 3, "scale"), StDType::U8, {N, K / kMxBlock}, x.w13.scale.data() + hs, hs);
+      out.add(kimi_name(prefix, e, 2, "packed"), StDType::U8, {K, N / 2}, x.w2.packed.data(), x.w2.packed.size());
+      out.add(kimi_name(prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock}, x.w2.scale.data(), x.w2.scale.size());
+    }
+  } else {
+    const std::vector<SourceExpert> src = from_kernel_layout(w, W13Layout::Interleaved);
+    std::vector<uint8_t> gub, gus, dnb, dns;
+    std::vector<float> b13, b2;
+    for (const SourceExpert& x : src) {
+      gub.insert(gub.end(), x.w13.packed.begin(), x.w13.packed.end());
+      gus.insert(gus.end(), x.w13.scale.begin(), x.w13.scale.end());
+      dnb.insert(dnb.end(), x.w2.packed.begin(), x.w2.packed.end());
+      dns.insert(dns.end(), x.w2.scale.begin(), x.w2.scale.end());
+      b13.insert(b13.end(), x.w13_bias.begin(), x.w13_bias.end());
+      b2.insert(b2.end(), x.w2_bias.begin(), x.w2_bias.end());
+    }
+    out.add(gptoss_name(prefix, "gate_up_proj_blocks"), StDType::U8, {E, 2 * N, K / kMxBlock, 16}, gub.data(), gub.size());
+    out.add(gptoss_name(prefix, "gate_up_proj_scales"), StDType::U8, {E, 2 * N, K / kMxBlock}, gus.data(), gus.size());
+    out.add(gptoss_name(prefix, "down_proj_blocks"), StDType::U8, {E, K, N / kMxBlock, 16}, dnb.data(), dnb.size());
+    out.add(gptoss_name(prefix, "down_proj_scales"), StDType::U8, {E, K, N / kMxBlock}, dns.data(), dns.size());
+    if (has_bias) {
+      add_floats(out, gptoss_name(prefix, "gate_up_proj_bias"), b13, {E, 2 * N});
+      add_floats(out, gptoss_name(prefix, "down_proj_bias"), b2, {E, K});
+    }
+  }
+  if (!layer.correction_bias.empty())
+    out.add(correction_bias_name(prefix), StDType::F32, {E}, layer.correction_bias.data(),
+            layer.correction_bias.size() * 4);
+
+  // Keep the source's metadata; the synthetic keys describing the file's own format and
+  // naming follow the conversion, so the file still regenerates its weights and a
+  // round trip (kimi -> gpt-oss -> kimi) reproduces the original bytes.
+  std::map<std::string, std::string> md = layer.metadata;
+  md["mxmoe.format_version"] = kFormatVersion;
+  if (md.count(cat(kMd, "seed"))) {
+    md[cat(kMd, "format")] = to_string(format);
+    md[cat(kMd, "layer")] = std::to_string(layer_index);
+    if (prefix_in.empty()) md.erase(cat(kMd, "prefix"));
+    else md[cat(kMd, "prefix")] = prefix_in;
+  }
+  for (const auto& [k, v] : md) out.set_metadata(k, v);
+  out.write(path);
+}
+
+std::vector<float> synthetic_correction_bias(int64_t num_experts, uint64_t seed) {
+  MXMOE_CHECK_ARG(num_experts > 0, "num_experts", num_experts, " must be positive");
+  Rng rng(detail::synthetic_stream(seed, detail::kStreamCorrectionBias, 0));
+  std::vector<float> b(static_cast<size_t>(num_experts));
+  // Small next to sigmoid scores in (0, 1): it reorders near-ties, as trained biases do.
+  for (auto& v : b) v = static_cast<float>(0.01 * rng.normal());
+  return b;
+}
+
+void write_synthetic_checkpoint(const std::string& path, const SyntheticSpec& spec) {
+  MXMOE_CHECK_ARG(spec.num_experts > 0, "num_experts", spec.num_experts, " must be positive");
+  MXMOE_CHECK_ARG(spec.hidden > 0 && spec.hidden % kMxBlock == 0, "hidden", spec.hidden,
+                  " must be a positive multiple of 32");
+  MXMOE_CHECK_ARG(spec.intermediate > 0 && spec.intermediate % kMxBlock == 0, "intermediate",
+                  spec.intermediate, " must be a positive multiple of 32");
+  MXMOE_CHECK_ARG(spec.top_k >= 1 && spec.top_k <= spec.num_experts, "top_k", spec.top_k,
+                  " must be in [1, num_experts ", spec.num_experts, "]");
+  MXMOE_CHECK_ARG(spec.layer >= 0, "layer", spec.layer, " must be >= 0");
+  MXMOE_CHECK_ARG(!spec.with_bias || spec.format == CheckpointFormat::GptOss, "with_bias",
+                  "Kimi-K3 checkpoints have no expert biases (use format gpt-oss)");
+
+  MoeConfig cfg;
+  cfg.num_experts = spec.num_experts;
+  cfg.top_k = spec.top_k;
+  cfg.hidden = spec.hidden;
+  cfg.intermediate = spec.intermediate;
+  cfg.has_bias = spec.with_bias;
+  SyntheticLayer syn = make_synthetic_layer(cfg, spec.seed);
+
+  LoadedLayer L;
+  L.format = spec.format;
+  L.num_experts = spec.num_experts;
+  L.hidden = spec.hidden;
+  L.intermediate = spec.intermediate;
+  L.weights = std::move(syn.weights);
+  if (spec.format == CheckpointFormat::KimiK3)
+    L.correction_bias = synthetic_correction_bias(spec.num_experts, spec.seed);
+  L.metadata = {
+      {cat(kMd, "seed"), std::to_string(spec.seed)},
+      {cat(kMd, "format"), to_string(spec.format)},
+      {cat(kMd, "num_experts"), std::to_string(spec.num_experts)},
+      {cat(kMd, "hidden"), std::to_string(spec.hidden)},
+      {cat(kMd, "intermediate"), std::to_string(spec.intermediate)},
+      {cat(kMd, "top_k"), std::to_string(spec.top_k)},
+      {cat(kMd, "layer"), std::to_string(spec.layer)},
+      {cat(kMd, "with_bias"), spec.with_bias ? "true" : "false"},
+  };
+  write_checkpoint(path, L, spec.format, spec.prefix, spec.layer);
+}
+
+bool synthetic_spec_from_metadata(const std::map<std::string, std::string>& md, SyntheticSpec& spec) {
+  if (!md.count(cat(kMd, "seed"))) return false;
+  auto get = [&](const char* key) -> const std::string& {
+    auto it = md.find(cat(kMd, key));
+    if (it == md.end())
+      throw FormatError(cat("synthetic checkpoint metadata lacks '", kMd, key, "'"));
+    return it->second;
+  };
+  auto get_i64 = [&](const char* key, int64_t lo) {
+    int64_t v = 0;
+    if (!parse_i64(get(key), v) || v < lo)
+      throw FormatError(cat("synthetic checkpoint metadata '", kMd, key, "' = '", get(key),
+                            "' is not an integer >= ", lo));
+    return v;
+  };
+  SyntheticSpec s;
+  if (!parse_u64(get("seed"), s.seed))
+    throw FormatError(cat("synthetic checkpoint metadata '", kMd, "seed' = '", get("seed"),
+                          "' is not an unsigned integer"));
+  try {
+    s.format = parse_checkpoint_format(get("format"));
+  } catch (const InvalidArgument& e) {
+    throw FormatError(cat("synthetic checkpoint metadata '", kMd, "format': ", e.what()));
+  }
+  s.num_experts = get_i64("num_experts", 1);
+  s.hidden = get_i64("hidden", 1);
+  s.intermediate = get_i64("intermediate", 1);
+  s.top_k = get_i64("top_k", 1);
+  s.layer = get_i64("layer", 0);
+  const std::string& wb = get("with_bias");
+  if (wb != "true" && wb != "false")
+    throw FormatError(cat("synthetic checkpoint metadata '", kMd, "with_bias' = '", wb,
+                          "' is not true or false"));
+  s.with_bias = wb == "true";
+  auto p = md.find(cat(kMd, "prefix"));
+  if (p != md.end()) s.prefix = p->second;
+  spec = s;
+  return true;
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,450 @@
+// The `mxmoe` command: info, run, validate, bench, convert, generate.
+// Every command exits non-zero on any failure; --json writes machine-readable results.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mxmoe/checkpoint.h"
+#include "mxmoe/cuda.h"
+#include "mxmoe/error.h"
+#include "mxmoe/random.h"
+#include "mxmoe/routing.h"
+#include "mxmoe/safetensors.h"
+#include "mxmoe/suite.h"
+#include "table.h"
+
+using json = nlohmann::json;
+using namespace mxmoe;
+
+namespace {
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+Backend default_backend() { return cuda_device_count() > 0 ? Backend::Cuda : Backend::Cpu; }
+
+void write_json(const std::string& path, const json& j) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::ofstream f(path);
+  if (!f) throw InvalidArgument("--json", "cannot write '" + path + "'");
+  f << j.dump(2) << "\n";
+}
+
+json result_json(const CaseResult& r) {
+  json j = {{"name", r.name}, {"what", r.what}, {"backend", to_string(r.backend)},
+            {"status", r.status_string()}, {"seed", r.seed},
+            {"max_row_rel_l2", r.vs_reference.max_row_rel_l2},
+            {"min_cosine", r.vs_reference.min_cosine},
+            {"max_abs_err", r.vs_reference.max_abs_err},
+            {"bound_violations", r.vs_reference.bound_violations},
+            {"atol", r.vs_reference.atol}, {"rtol", r.vs_reference.rtol},
+            {"deterministic_3_runs", r.deterministic},
+            {"backend_seconds", r.backend_seconds}, {"reference_seconds", r.reference_seconds},
+            {"note", r.note}};
+  if (r.graph_checked) j["graph_replays_identical"] = r.graph_identical;
+  if (r.has_ideal) j["ideal"] = {{"max_row_rel_l2", r.ideal_rel_l2}, {"min_cosine", r.ideal_cosine}};
+  return j;
+}
+
+std::string sci(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2e", v);
+  return b;
+}
+std::string fix(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+void print_results(const std::vector<CaseResult>& results) {
+  Table t({"case", "backend", "status", "rel L2", "cosine", "viol", "3 runs", "graph", "ideal rel L2",
+           "ideal cos", "time s"});
+  for (const CaseResult& r : results) {
+    t.row({r.name, to_string(r.backend), r.status_string(), sci(r.vs_reference.max_row_rel_l2),
+           fix(r.vs_reference.min_cosine, 6), std::to_string(r.vs_reference.bound_violations),
+           r.deterministic ? "same" : "DIFF", r.graph_checked ? (r.graph_identical ? "same" : "DIFF") : "-",
+           r.has_ideal ? sci(r.ideal_rel_l2) : "-", r.has_ideal ? fix(r.ideal_cosine, 4) : "-",
+           fix(r.backend_seconds, 3)});
+  }
+  t.print(std::cout);
+  for (const CaseResult& r : results)
+    if (r.status != CaseResult::Status::Pass) std::cout << r.name << ": " << r.status_string() << ": " << r.note << "\n";
+}
+
+// ------------------------------------------------------------------ info
+int cmd_info(bool as_json) {
+  json j;
+  j["version"] = MXMOE_VERSION;
+  j["cuda_built"] = cuda_built();
+  j["gpus"] = json::array();
+  for (const GpuInfo& g : cuda_devices())
+    j["gpus"].push_back({{"index", g.index}, {"name", g.name},
+                         {"sm", std::to_string(g.sm_major) + std::to_string(g.sm_minor)},
+                         {"sms", g.sm_count}, {"memory_gib", g.memory_bytes / double(1ull << 30)},
+                         {"supported", g.supported}, {"note", g.note}});
+  j["capabilities"] = {
+      {"backends", cuda_device_count() > 0 ? json{"cpu", "cuda"} : json{"cpu"}},
+      {"activations", {"situ", "swiglu", "silu"}},
+      {"input_formats", {"bf16", "mxfp8"}},
+      {"intermediate_formats", {"bf16", "mxfp8"}},
+      {"output_formats", {"bf16", "fp32"}},
+      {"weight_formats", {"mxfp4"}},
+      {"checkpoint_formats", {"kimi", "gpt-oss"}},
+      {"routers", {"sigmoid+bias (group-limited)", "softmax"}}};
+  if (as_json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "mxmoe " << MXMOE_VERSION << "\n"
+            << "CUDA engine built: " << (cuda_built() ? "yes" : "no (CPU-only build)") << "\n"
+            << "GPUs seen: " << cuda_device_count() << "\n";
+  for (const GpuInfo& g : cuda_devices())
+    std::cout << "  [" << g.index << "] " << g.name << " sm_" << g.sm_major << g.sm_minor << ", " << g.sm_count
+              << " SMs, " << fix(g.memory_bytes / double(1ull << 30), 1) << " GiB, "
+              << (g.supported ? "supported" : "not supported: " + g.note) << "\n";
+  std::cout << "backends: " << j["capabilities"]["backends"].dump() << "\n"
+            << "activations: situ, swiglu (SwiGLU-OAI), silu (SiLU-gated); per-expert parameters\n"
+            << "inputs: bf16, mxfp8; intermediate: bf16, mxfp8; output: bf16, fp32; weights: mxfp4\n"
+            << "checkpoints: kimi (w1/w3/w2 compressed-tensors), gpt-oss (interleaved, biases)\n";
+  return 0;
+}
+
+// ------------------------------------------------------------------ validate
+int cmd_validate(const std::string& suite, const std::string& backend_name, const std::string& json_path,
+                 uint64_t seed, const std::string& filter) {
+  const Backend backend = parse_backend(backend_name);
+  if (backend == Backend::Cuda && !cuda_built())
+    throw Unsupported("--backend cuda: this build has no CUDA engine (nvcc was not found at configure time); use --backend cpu");
+  if (backend == Backend::Cuda && cuda_device_count() == 0)
+    throw Unsupported("--backend cuda: no CUDA GPU is visible on this machine; use --backend cpu");
+  std::vector<SuiteCase> cases = suite_cases(suite);
+  std::vector<CaseResult> results;
+  int i = 0;
+  for (const SuiteCase& c : cases) {
+    ++i;
+    if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    std::cerr << "[" << i << "/" << cases.size() << "] " << c.name << " ..." << std::flush;
+    const uint64_t case_seed = seed + static_cast<uint64_t>(i) * 7919u;
+    results.push_back(run_case(c, backend, case_seed));
+    std::cerr << " " << results.back().status_string() << " (" << fix(results.back().backend_seconds, 2)
+              << " s backend, " << fix(results.back().reference_seconds, 2) << " s reference)\n";
+  }
+  print_results(results);
+  int failed = 0;
+  for (const CaseResult& r : results) failed += r.status != CaseResult::Status::Pass;
+  std::cout << "validate --suite " << suite << " --backend " << backend_name << " --seed " << seed << ": "
+            << results.size() - failed << " passed, " << failed << " failed\n";
+  json j = {{"suite", suite}, {"backend", backend_name}, {"seed", seed}, {"cases", json::array()}};
+  for (const CaseResult& r : results) j["cases"].push_back(result_json(r));
+  j["passed"] = results.size() - failed;
+  j["failed"] = failed;
+  write_json(json_path, j);
+  return failed == 0 && !results.empty() ? 0 : 1;
+}
+
+// ------------------------------------------------------------------ run
+struct RunOptions {
+  std::string checkpoint = MXMOE_DEFAULT_CHECKPOINT;
+  std::string backend;
+  std::string activation = "situ";
+  int64_t tokens = 32, top_k = 0, layer = -1, ep_size = 1, ep_rank = 0;
+  std::string prefix;
+  std::string json_path;
+  uint64_t seed = 0;
+  bool bf16_input = false, bf16_intermediate = false;
+};
+
+int cmd_run(RunOptions o) {
+  const Backend backend = o.backend.empty() ? default_backend() : parse_backend(o.backend);
+  if (o.seed == 0) o.seed = fresh_seed();
+  std::cerr << "loading " << o.checkpoint << " ...\n";
+  // The layer index: from the synthetic metadata when present, else 0 unless given.
+  LoadOptions lo;
+  lo.prefix = o.prefix;
+  lo.ep_size = o.ep_size;
+  lo.ep_rank = o.ep_rank;
+  SyntheticSpec spec;
+  bool synthetic = false;
+  if (o.layer < 0) {
+    SafetensorsFile probe = SafetensorsFile::open(o.checkpoint);
+    synthetic = synthetic_spec_from_metadata(probe.metadata(), spec);
+    lo.layer = synthetic ? spec.layer : 0;
+  } else {
+    lo.layer = o.layer;
+  }
+  LoadedLayer L = load_checkpoint(o.checkpoint, lo);
+  synthetic = synthetic_spec_from_metadata(L.metadata, spec);
+
+  SuiteCase c;
+  c.name = "run";
+  c.cfg.num_experts = L.num_experts;
+  c.cfg.hidden = L.hidden;
+  c.cfg.intermediate = L.intermediate;
+  c.cfg.top_k = o.top_k > 0 ? o.top_k : (synthetic ? spec.top_k : std::min<int64_t>(16, L.num_experts));
+  c.cfg.ep_size = o.ep_size;
+  c.cfg.ep_rank = o.ep_rank;
+  const Activation act = parse_activation(o.activation, "--activation");
+  c.cfg.activation = act == Activation::SiTU ? ActivationParams::situ()
+                     : act == Activation::SwiGLU_OAI ? ActivationParams::swiglu_oai()
+                                                     : ActivationParams::silu_gated();
+  c.cfg.input_format = o.bf16_input ? InputFormat::BF16 : InputFormat::MXFP8;
+  c.cfg.intermediate_format = o.bf16_intermediate ? IntermediateFormat::BF16 : IntermediateFormat::MXFP8;
+  c.cfg.has_bias = !L.weights.w13_bias.empty();
+  c.tokens = o.tokens;
+  c.routing = RoutingPattern::RouterSigmoid;
+  c.router.kind = RouterKind::Sigmoid;
+  c.router.top_k = c.cfg.top_k;
+  c.cfg.validate();
+
+  CaseData d;
+  d.cfg = c.cfg;
+  d.weights = std::move(L.weights);
+  d.router_bias = L.correction_bias;
+  if (synthetic) {
+    // Regenerate the BF16 originals from the recorded seed: the ideal comparison shows the
+    // quantization error a user pays.
+    MoeConfig gen = c.cfg;
+    d.ideal = make_synthetic_layer(gen, spec.seed).ideal;
+  }
+  make_case_inputs(c, o.seed, d);
+  std::cerr << "running " << c.tokens << " tokens on " << to_string(backend) << " and the float64 reference ...\n";
+  CaseResult r = judge_case(c, d, backend, o.seed);
+
+  std::cout << "mxmoe run: Kimi-K3-format expert layer\n";
+  Table info({"checkpoint", "experts (local)", "K", "N", "top-k", "activation", "input", "intermediate", "tokens", "backend"});
+  info.row({o.checkpoint, std::to_string(d.cfg.num_experts) + " (" + std::to_string(d.cfg.local_experts()) + ")",
+            std::to_string(d.cfg.hidden), std::to_string(d.cfg.intermediate), std::to_string(d.cfg.top_k),
+            o.activation, to_string(d.cfg.input_format), to_string(d.cfg.intermediate_format),
+            std::to_string(c.tokens), to_string(backend)});
+  info.print(std::cout);
+  print_results({r});
+  std::cout << "run --seed " << o.seed << ": " << (r.status == CaseResult::Status::Pass ? "1 passed, 0 failed" : "0 passed, 1 failed") << "\n";
+  if (!o.json_path.empty()) write_json(o.json_path, result_json(r));
+  return r.status == CaseResult::Status::Pass ? 0 : 1;
+}
+
+// ------------------------------------------------------------------ bench
+struct BenchOptions {
+  std::vector<int64_t> tokens{1, 2, 4, 8, 16, 32, 128};
+  int iterations = 50;
+  std::string json_path;
+  std::string baseline_json;  // PyTorch baseline times measured in the same run (bench/)
+  double hbm_tbps = 4.25, bf16_tflops = 792.0, fp8_tflops = 1448.0;
+};
+
+int cmd_bench(const BenchOptions& o) {
+  if (cuda_device_count() == 0)
+    throw Unsupported("bench: needs a CUDA GPU (none visible); `mxmoe validate --backend cpu` checks correctness on the CPU");
+  // Kimi-K3 real shapes on one EP32 rank: 28 local experts; every token's 16 experts are
+  // local (the busiest rank), so M tokens touch min(28, ~16 + ...) experts.
+  MoeConfig cfg;
+  cfg.num_experts = 896;
+  cfg.ep_size = 32;
+  cfg.ep_rank = 7;
+  cfg.top_k = 16;
+  cfg.hidden = 3584;
+  cfg.intermediate = 3072;
+  cfg.activation = ActivationParams::situ();
+  const int64_t E = cfg.local_experts(), K = cfg.hidden, N = cfg.intermediate;
+  // Timing does not depend on values, but never time zeros: random MXFP4 bytes with
+  // scales near 1 keep every value finite and non-trivial.
+  ExpertWeights w;
+  w.num_local = E;
+  w.hidden = K;
+  w.intermediate = N;
+  Rng rng(12345);
+  auto fill = [&](std::vector<uint8_t>& v, size_t n, bool scale) {
+    v.resize(n);
+    for (auto& b : v) b = scale ? static_cast<uint8_t>(118 + rng.below(8)) : static_cast<uint8_t>(rng.next_u64());
+  };
+  fill(w.w13_packed, E * 2 * N * K / 2, false);
+  fill(w.w13_scale, E * 2 * N * K / 32, true);
+  fill(w.w2_packed, E * K * N / 2, false);
+  fill(w.w2_scale, E * K * N / 32, true);
+  const double bytes_per_expert = static_cast<double>(2 * N * K / 2 + 2 * N * K / 32 + K * N / 2 + K * N / 32);
+  const double flops_per_row = 2.0 * K * 2 * N + 2.0 * N * K;
+
+  json baseline = json::object();
+  if (!o.baseline_json.empty()) {
+    std::ifstream f(o.baseline_json);
+    if (!f) throw InvalidArgument("--baseline", "cannot read '" + o.baseline_json + "'");
+    baseline = json::parse(f);
+  }
+  CudaMoeLayer layer(cfg, w);
+  const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end());
+  CudaHostSession session(layer, max_m);
+  Table t({"M", "mode", "experts", "time us", "TB/s", "TFLOP/s", "x HBM floor", "x MMA floor", "torch us", "speedup"});
+  json out = json::array();
+  const int32_t first = static_cast<int32_t>(cfg.ep_rank * E);
+  for (int64_t M : o.tokens) {
+    Routing r;
+    r.tokens = M;
+    r.top_k = 16;
+    std::vector<bool> touched(E, false);
+    for (int64_t tkn = 0; tkn < M; ++tkn) {
+      // 16 distinct local experts per token, rotating so tokens spread over all 28.
+      std::vector<int32_t> perm(E);
+      for (int64_t e = 0; e < E; ++e) perm[e] = static_cast<int32_t>(e);
+      for (int64_t e = E - 1; e > 0; --e) std::swap(perm[e], perm[rng.below(e + 1)]);
+      for (int j = 0; j < 16; ++j) {
+        r.ids.push_back(first + perm[j]);
+        r.weights.push_back(1.0f / 16);
+        touched[perm[j]] = true;
+      }
+    }
+    int64_t n_touched = 0;
+    for (bool b : touched) n_touched += b;
+    Activations x = make_activations(M, K, 777 + M).to_mxfp8();
+    session.set_inputs(x, &r, nullptr);
+    const double bytes = n_touched * bytes_per_expert;
+    const double flops = flops_per_row * static_cast<double>(M * 16);
+    const double hbm_floor_us = bytes / (o.hbm_tbps * 1e12) * 1e6;
+    const double mma_floor_us = flops / (o.bf16_tflops * 1e12) * 1e6;
+    const std::string key = std::to_string(M);
+    const double torch_us = baseline.contains(key) ? baseline[key].get<double>() : 0.0;
+    for (bool graph : {false, true}) {
+      CudaHostSession::Timing tm = session.time(o.iterations, graph);
+      const double us = tm.median_us;
+      t.row({std::to_string(M), graph ? "graph" : "eager", std::to_string(n_touched), fix(us, 1),
+             fix(bytes / (us * 1e-6) / 1e12, 2), fix(flops / (us * 1e-6) / 1e12, 1),
+             fix(us / hbm_floor_us, 2), fix(us / mma_floor_us, 2), torch_us > 0 ? fix(torch_us, 1) : "-",
+             torch_us > 0 ? fix(torch_us / us, 2) : "-"});
+      out.push_back({{"tokens", M}, {"mode", graph ? "graph" : "eager"}, {"experts_touched", n_touched},
+                     {"median_us", us}, {"min_us", tm.min_us}, {"max_us", tm.max_us},
+                     {"iterations", tm.iterations}, {"tbps", bytes / (us * 1e-6) / 1e12},
+                     {"tflops", flops / (us * 1e-6) / 1e12}, {"hbm_floor_us", hbm_floor_us},
+                     {"mma_floor_us", mma_floor_us}, {"torch_us", torch_us}});
+    }
+  }
+  std::cout << "mxmoe bench: Kimi-K3 (E_local 28, K 3584, N 3072, top-16, SiTU, MXFP8 in/intermediate), "
+            << "median of " << o.iterations << ", cold L2; floors at " << o.hbm_tbps << " TB/s and "
+            << o.bf16_tflops << " TFLOP/s (BF16)\n";
+  t.print(std::cout);
+  write_json(o.json_path, {{"cases", out}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mxmoe: fused MXFP4 Mixture-of-Experts (Kimi-K3 SiTU, GPT-OSS SwiGLU)"};
+  app.require_subcommand(1);
+
+  auto* info = app.add_subcommand("info", "build, GPUs seen, capabilities");
+  bool info_json = false;
+  info->add_flag("--json", info_json, "print JSON");
+
+  auto* run = app.add_subcommand("run", "run a layer from a checkpoint and validate it against the reference");
+  RunOptions ro;
+  run->add_option("--checkpoint", ro.checkpoint, "safetensors file (default: the embedded Kimi-format checkpoint)");
+  run->add_option("--backend", ro.backend, "cpu or cuda (default: cuda when a GPU is visible)");
+  run->add_option("--tokens,-m", ro.tokens, "tokens")->check(CLI::Range(1, 1 << 20));
+  run->add_option("--top-k", ro.top_k, "experts per token (default: from the checkpoint)");
+  run->add_option("--activation", ro.activation, "situ | swiglu | silu");
+  run->add_option("--layer", ro.layer, "layer index (default: from metadata, else 0)");
+  run->add_option("--prefix", ro.prefix, "tensor name prefix (default model.layers.<layer>.mlp)");
+  run->add_option("--ep-size", ro.ep_size, "expert-parallel size");
+  run->add_option("--ep-rank", ro.ep_rank, "expert-parallel rank");
+  run->add_flag("--bf16-input", ro.bf16_input, "BF16 activations instead of MXFP8");
+  run->add_flag("--bf16-intermediate", ro.bf16_intermediate, "BF16 intermediate instead of MXFP8");
+  run->add_option("--seed", ro.seed, "input seed (default: fresh)");
+  run->add_option("--json", ro.json_path, "write results as JSON ('-' for stdout)");
+
+  auto* val = app.add_subcommand("validate", "run the SPEC §8 coverage matrix against the float64 reference");
+  std::string suite = "smoke", backend = "cpu", vjson, filter;
+  uint64_t vseed = 0;
+  val->add_option("--suite", suite, "smoke | real | all");
+  val->add_option("--backend", backend, "cpu | cuda");
+  val->add_option("--json", vjson, "write results as JSON ('-' for stdout)");
+  val->add_option("--seed", vseed, "base seed (default: fresh)");
+  val->add_option("--filter", filter, "only cases whose name contains this");
+
+  auto* bench = app.add_subcommand("bench", "time the CUDA engine on Kimi-K3 shapes against the H200 floors");
+  BenchOptions bo;
+  bench->add_option("--tokens", bo.tokens, "token counts")->delimiter(',');
+  bench->add_option("--iterations", bo.iterations, "timed runs per case (median reported)");
+  bench->add_option("--baseline", bo.baseline_json, "JSON {\"M\": torch_us} from bench/torch_baseline.py, same run");
+  bench->add_option("--json", bo.json_path, "write results as JSON");
+  bench->add_option("--hbm-tbps", bo.hbm_tbps, "HBM ceiling for the floor (measured copy bandwidth)");
+  bench->add_option("--bf16-tflops", bo.bf16_tflops, "BF16 tensor-core ceiling");
+
+  auto* conv = app.add_subcommand("convert", "convert a checkpoint between Kimi and GPT-OSS layouts");
+  std::string cin, cout_path, cto = "gpt-oss", cprefix;
+  int64_t clayer = 0;
+  conv->add_option("--input", cin, "input safetensors")->required();
+  conv->add_option("--output", cout_path, "output safetensors")->required();
+  conv->add_option("--to", cto, "kimi | gpt-oss");
+  conv->add_option("--layer", clayer, "layer index");
+  conv->add_option("--prefix", cprefix, "tensor name prefix");
+
+  auto* gen = app.add_subcommand("generate", "write a deterministic synthetic checkpoint");
+  SyntheticSpec gs;
+  std::string gpath, gformat = "kimi";
+  bool gfull = false;
+  gen->add_option("--output", gpath, "output safetensors")->required();
+  gen->add_option("--format", gformat, "kimi | gpt-oss");
+  gen->add_option("--experts", gs.num_experts, "global experts");
+  gen->add_option("--hidden", gs.hidden, "K");
+  gen->add_option("--intermediate", gs.intermediate, "N");
+  gen->add_option("--top-k", gs.top_k, "top-k recorded in metadata");
+  gen->add_option("--layer", gs.layer, "layer index");
+  gen->add_option("--seed", gs.seed, "seed");
+  gen->add_flag("--bias", gs.with_bias, "GPT-OSS biases");
+  gen->add_flag("--kimi-full-layer", gfull, "the full-size Kimi-K3 layer (896 experts, K 3584, N 3072; ~15.7 GB)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*info) return cmd_info(info_json);
+    if (*val) return cmd_validate(suite, backend, vjson, vseed ? vseed : fresh_seed(), filter);
+    if (*run) return cmd_run(ro);
+    if (*bench) return cmd_bench(bo);
+    if (*conv) {
+      LoadOptions lo;
+      lo.layer = clayer;
+      lo.prefix = cprefix;
+      LoadedLayer L = load_checkpoint(cin, lo);
+      write_checkpoint(cout_path, L, parse_checkpoint_format(cto), cprefix, clayer);
+      std::cout << "wrote " << cout_path << " (" << to_string(parse_checkpoint_format(cto)) << ", "
+                << L.num_experts << " experts)\n";
+      return 0;
+    }
+    if (*gen) {
+      gs.format = parse_checkpoint_format(gformat);
+      if (gfull) {
+        gs.num_experts = 896;
+        gs.hidden = 3584;
+        gs.intermediate = 3072;
+        gs.top_k = 16;
+      }
+      write_synthetic_checkpoint(gpath, gs);
+      std::cout << "wrote " << gpath << "\n";
+      return 0;
+    }
+  } catch (const mxmoe::Error& e) {
+    std::cerr << "mxmoe: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "mxmoe: error: " << e.what() << "\n";
+    return 2;
+  }
+  return 1;
+}
