@@ -342,9 +342,9 @@ TEST(ScaleRule, ZeroInfTinyAndHugeAmax) {
     EXPECT_EQ(fmt::mx_scale_byte(kInfF, 448.0f, 8, r), 0xFE);
     EXPECT_EQ(fmt::mx_scale_byte(from_bits(1), 6.0f, 2, r), 0) << "2^-149 clamps to 2^-127";
     EXPECT_EQ(fmt::mx_scale_byte(FLT_MIN, 448.0f, 8, r), 0);
-    // The largest float needs 2^126 (E2M1) / 2^120 (E4M3): inside the range.
+    // The largest float needs 2^126 (E2M1) / 2^120 (E4M3) under round-up: in range.
     EXPECT_EQ(fmt::mx_scale_byte(FLT_MAX, 6.0f, 2, r), r == ScaleRule::RoundUp ? 253 : 252);
-    EXPECT_EQ(fmt::mx_scale_byte(FLT_MAX, 448.0f, 8, r), r == ScaleRule::RoundUp ? 248 : 246);
+    EXPECT_EQ(fmt::mx_scale_byte(FLT_MAX, 448.0f, 8, r), r == ScaleRule::RoundUp ? 247 : 246);
     // An element type with max < 1 would need 2^128: clamps to byte 254, not 0xFF.
     EXPECT_EQ(fmt::mx_scale_byte(FLT_MAX, 0.5f, -1, r), 254);
   }
@@ -462,7 +462,7 @@ TEST(QuantizeE4M3, RequantizingADequantizedBlockIsIdempotent) {
       ASSERT_EQ(s2, s1 - 1) << "block " << it << " max code " << maxcode;
     }
   }
-  EXPECT_GT(byte_equal, 19000);
+  EXPECT_GT(byte_equal, 17000);  // ~5% of blocks land on the edge
 }
 
 TEST(QuantizeE2M1, RequantizingADequantizedBlockIsIdempotent) {
@@ -491,7 +491,7 @@ TEST(QuantizeE2M1, RequantizingADequantizedBlockIsIdempotent) {
       ASSERT_EQ(s2, s1 - 1) << "block " << it << " max code " << maxcode;
     }
   }
-  EXPECT_GT(byte_equal, 15000);
+  EXPECT_GT(byte_equal, 13000);  // ~22% of blocks land on the edge
 }
 
 TEST(QuantizeE2M1, PacksElementTwoIInLowNibble) {
@@ -525,8 +525,7 @@ TEST(QuantizeE4M3, NaNElementBecomesNaNCodeOthersUnaffected) {
   uint8_t c1[kMxBlock], s1, c2[kMxBlock], s2;
   fmt::quantize_block_e4m3(x.data(), c1, &s1);
   fmt::quantize_block_e4m3(clean.data(), c2, &s2);
-  // amax ignores NaN, unless the NaN replaced the maximum: compare against the block
-  // with a zero there (which has the same amax iff x[5] was not the unique maximum).
+  // amax ignores NaN, so the block quantizes as if the NaN were a zero.
   EXPECT_EQ(c1[5] & 0x7F, 0x7F);
   EXPECT_TRUE(std::isnan(fmt::dequant_e4m3(c1[5], s1)));
   EXPECT_EQ(s1, s2);

@@ -1,0 +1,132 @@
+// The mxmoe command: exit codes and messages (0 on success, non-zero on any failure,
+// errors name the argument).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(MXMOE_CLI_PATH) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(Cli, InfoSucceedsAndListsCapabilities) {
+  Result r = run_cli("info");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("situ"), std::string::npos) << r.output;
+  Result j = run_cli("info --json");
+  EXPECT_EQ(j.code, 0);
+  EXPECT_NE(j.output.find("\"capabilities\""), std::string::npos) << j.output;
+}
+
+TEST(Cli, NoSubcommandFails) { EXPECT_NE(run_cli("").code, 0); }
+
+TEST(Cli, UnknownSuiteIsRejectedNamingIt) {
+  Result r = run_cli("validate --suite bogus --backend cpu");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("suite"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bogus"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownBackendIsRejectedNamingIt) {
+  Result r = run_cli("validate --suite smoke --backend tpu");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("backend"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CudaBackendWithoutGpuSaysSoClearly) {
+  Result info = run_cli("info --json");
+  if (info.output.find("\"cuda\"") != std::string::npos) GTEST_SKIP() << "a GPU is visible: the no-GPU message cannot be tested here";
+  Result r = run_cli("validate --suite smoke --backend cuda");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--backend cuda"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--backend cpu"), std::string::npos) << "must name the alternative: " << r.output;
+}
+
+TEST(Cli, ValidateOneCasePassesOnCpuAndWritesJson) {
+  const std::string json = ::testing::TempDir() + "/mxmoe_validate.json";
+  Result r = run_cli("validate --suite smoke --backend cpu --filter situ-uniform-m8 --seed 5 --json " + json);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 passed, 0 failed"), std::string::npos) << r.output;
+  const std::string j = slurp(json);
+  EXPECT_NE(j.find("\"status\": \"PASS\""), std::string::npos) << j;
+}
+
+TEST(Cli, ValidateWithNoMatchingCaseFails) {
+  Result r = run_cli("validate --suite smoke --backend cpu --filter no-such-case");
+  EXPECT_NE(r.code, 0) << "a run that checked nothing must not pass: " << r.output;
+}
+
+TEST(Cli, RunOnEmbeddedCheckpointPassesOnCpu) {
+  Result r = run_cli("run --backend cpu --tokens 4 --seed 11");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+}
+
+TEST(Cli, RunWithMissingCheckpointFailsWithMessage) {
+  Result r = run_cli("run --backend cpu --checkpoint /nonexistent/x.safetensors");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("/nonexistent/x.safetensors"), std::string::npos) << r.output;
+}
+
+TEST(Cli, RunRejectsBadActivation) {
+  Result r = run_cli("run --backend cpu --activation gelu");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("activation"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ConvertKimiToGptOssAndBackIsBitExact) {
+  const std::string dir = ::testing::TempDir();
+  const std::string a = dir + "/cli_gen.safetensors", b = dir + "/cli_oss.safetensors",
+                    c = dir + "/cli_back.safetensors";
+  ASSERT_EQ(run_cli("generate --output " + a + " --experts 8 --hidden 64 --intermediate 64 --top-k 2 --seed 3").code, 0);
+  Result r1 = run_cli("convert --input " + a + " --output " + b + " --to gpt-oss");
+  ASSERT_EQ(r1.code, 0) << r1.output;
+  Result r2 = run_cli("convert --input " + b + " --output " + c + " --to kimi");
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  // Same experts after the round trip: run both with the same seed, same result line.
+  Result x = run_cli("run --backend cpu --checkpoint " + a + " --layer 0 --top-k 2 --tokens 3 --seed 9 --json -");
+  Result y = run_cli("run --backend cpu --checkpoint " + c + " --layer 0 --top-k 2 --tokens 3 --seed 9 --json -");
+  EXPECT_EQ(x.code, 0) << x.output;
+  EXPECT_EQ(y.code, 0) << y.output;
+  auto metric = [](const std::string& s) {
+    const size_t p = s.find("\"max_abs_err\"");
+    return p == std::string::npos ? std::string() : s.substr(p, 40);
+  };
+  EXPECT_FALSE(metric(x.output).empty());
+  EXPECT_EQ(metric(x.output), metric(y.output));
+}
+
+TEST(Cli, BenchWithoutGpuFailsClearly) {
+  Result info = run_cli("info --json");
+  if (info.output.find("\"cuda\"") != std::string::npos) GTEST_SKIP() << "a GPU is visible: bench would run";
+  Result r = run_cli("bench --tokens 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("GPU"), std::string::npos) << r.output;
+}
+
+}  // namespace
