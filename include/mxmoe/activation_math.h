@@ -88,10 +88,28 @@ MXMOE_HD float exp_f32(float x) {
 /// 1 / (1 + e^-x): the router's score function and the activations' sigmoid.
 MXMOE_HD float sigmoid_f32(float x) { return 1.0f / add32(1.0f, exp_f32(-x)); }
 
-/// tanh(z) = 2*sigmoid(2z) - 1 (accurate to ~1e-7 absolute; tanh.approx would cost
-/// ~1e-2 through SiTU's beta = 25 up branch, SPEC §6). 2*s is exact, so fma or not
-/// gives the same bits.
-MXMOE_HD float tanh_f32(float z) { return fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f); }
+/// tanh(z): 2*sigmoid(2z) - 1 for |z| >= 0.55 (a few ulp there), and the odd Taylor
+/// series through z^17 below (truncation < 1e-8 relative), because 2*sigmoid(2z) - 1
+/// alone has ~6e-8 *absolute* error, i.e. a large relative error for small z: SiTU's
+/// up branch beta*tanh(u/beta) with beta = 25 lives there, and the reference mirrors the
+/// BF16 intermediate rounding, so every avoidable error shows up as a rounding flip.
+/// (tanh.approx would cost ~1e-2 through the same branch, SPEC §6.) 2*s is exact, so
+/// fma or not gives the same bits.
+MXMOE_HD float tanh_f32(float z) {
+  if (fabsf(z) < 0.55f) {
+    const float z2 = mul32(z, z);
+    float p = 6404582.0f / 10854718875.0f;
+    p = fma32(p, z2, -929569.0f / 638512875.0f);
+    p = fma32(p, z2, 21844.0f / 6081075.0f);
+    p = fma32(p, z2, -1382.0f / 155925.0f);
+    p = fma32(p, z2, 62.0f / 2835.0f);
+    p = fma32(p, z2, -17.0f / 315.0f);
+    p = fma32(p, z2, 2.0f / 15.0f);
+    p = fma32(p, z2, -1.0f / 3.0f);
+    return fma32(mul32(z, z2), p, z);
+  }
+  return fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f);
+}
 
 /// SiTU: alpha*tanh(g/alpha)*sigmoid(g) * beta*tanh(u/beta).
 MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {

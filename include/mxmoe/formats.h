@@ -13,8 +13,12 @@
 //    code, an MXFP4 32-block containing NaN gets scale byte 0xFF; amax ignores NaN;
 //  * scale rule "round up" (default): the smallest 2^s with amax / 2^s <= max_elem;
 //    "floor" (OCP): s = floor(log2 amax) - emax_elem, elements saturating; amax == 0
-//    gives byte 0; amax == Inf gives byte 0xFE (the largest finite scale), so the
-//    Inf element saturates and the block's finite elements flush towards zero;
+//    gives byte 0;
+//  * ±Inf saturates at the block's scale: amax is taken over the finite elements only,
+//    and an Inf element becomes ±max_elem * 2^s. So one Inf neither wipes out its
+//    block's finite values nor drives the scale to 0xFE, where dequantized values
+//    (448 * 2^127) overflow fp32 and turn into Inf/NaN downstream; every MXFP8 value
+//    stays finite and the kernels' fp32 arithmetic agrees with the float64 reference;
 //  * packing: element 2i in the low nibble, 2i+1 in the high nibble.
 #pragma once
 
@@ -151,7 +155,7 @@ MXMOE_HD uint8_t float_to_e4m3(float x) {
 /// (NaN already excluded), element type with largest finite `max_elem` = m * 2^emax.
 MXMOE_HD uint8_t mx_scale_byte(float amax, float max_elem, int emax_elem, ScaleRule rule) {
   if (!(amax > 0.0f)) return 0;     // zero (or empty / all-NaN) block
-  if (is_inf(amax)) return 0xFE;    // saturate: never the NaN byte
+  if (is_inf(amax)) return 0xFE;    // (block_amax never gives Inf) never the NaN byte
   int e;
   frexpf(amax, &e);                 // amax = f * 2^e, f in [0.5, 1): floor(log2 amax) = e - 1
   int s;
@@ -173,7 +177,7 @@ MXMOE_HD float block_amax(const float* x, int n) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) {
     const float a = fabsf(x[i]);
-    if (a > amax) amax = a;  // NaN compares false: ignored
+    if (a > amax && !is_inf(a)) amax = a;  // NaN compares false; Inf saturates (above)
   }
   return amax;
 }

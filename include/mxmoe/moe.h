@@ -1,6 +1,6 @@
 // mxmoe/moe.h — the problem description shared by every backend: the layer config,
 // expert weights in the kernel layout, activations, routing results, and the one place
-// that validates them (src/validate.cpp). The CPU reference (reference.h) and the CUDA
+// that validates them (src/moe.cpp). The CPU reference (reference.h) and the CUDA
 // engine (cuda.h) both take these types. No CUDA types appear here.
 #pragma once
 

@@ -55,6 +55,39 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+/// Writes a file whose tensors (name, dtype, shape) are declared up front and whose bytes
+/// are then filled piece by piece in any order, so files larger than memory (a full-size
+/// Kimi-K3 layer is ~16 GB) can be generated. The file is written under a temporary name
+/// and renamed into place by commit(); without commit() (an exception on the way) the
+/// temporary file is removed and `path` is untouched. Same bytes as SafetensorsWriter for
+/// the same content: names sorted, header padded to 8 bytes.
+class SafetensorsStreamWriter {
+ public:
+  struct Decl {
+    std::string name;
+    StDType dtype = StDType::U8;
+    std::vector<int64_t> shape;
+  };
+  /// Throws InvalidArgument on bad declarations, FormatError on I/O failure.
+  SafetensorsStreamWriter(const std::string& path, std::vector<Decl> tensors,
+                          const std::map<std::string, std::string>& metadata);
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+  ~SafetensorsStreamWriter();
+  /// Write `size` bytes at byte `offset` inside tensor `name`.
+  void write(const std::string& name, uint64_t offset, const void* bytes, size_t size);
+  /// Checks every declared byte was written exactly once, syncs and renames into place.
+  void commit();
+
+ private:
+  struct Slot { uint64_t begin, size, written; };
+  void write_at(uint64_t pos, const void* bytes, size_t size);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::map<std::string, Slot> slots_;
+};
+
 class SafetensorsWriter {
  public:
   void add(const std::string& name, StDType dtype, std::vector<int64_t> shape, const void* bytes, size_t size);

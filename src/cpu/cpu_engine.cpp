@@ -13,6 +13,7 @@
 // for finalize) write disjoint outputs and every sum has a fixed order, so the result
 // is bitwise the same for any thread count.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -60,63 +61,109 @@ void run_items(int64_t n, int threads, const std::function<void(int64_t, int)>& 
   if (error) std::rethrow_exception(error);
 }
 
-// Eight fp32 lanes, lane l accumulating k = l (mod 8); lanes then combine as a fixed
-// pairwise tree. Like the tensor-core kernels: fp32 partial sums, fixed order.
+// Eight fp32 lanes, lane l accumulating k = l (mod 8) in increasing k; lanes then
+// combine as a fixed pairwise tree. Like the tensor-core kernels: fp32 partial sums in
+// a fixed order. Multiply and add stay separate (no FMA in either code path), so the
+// AVX2 clone and the baseline code give the same bits.
 typedef float v8f __attribute__((vector_size(32)));
-
-inline float lane_sum(const v8f& a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
+// The same with 1-element alignment, for loads from and stores to plain float arrays.
+typedef float v8f_u __attribute__((vector_size(32), aligned(sizeof(float))));
 
 template <int R, int C>
-inline void gemm_tile(const float* const* a, const float* const* b, int64_t len, float* out,
-                      int64_t ldo) {
-  v8f acc[R][C];
+[[gnu::always_inline]] inline void gemm_tile(const float* const* a, const float* const* b,
+                                             int64_t k0, int64_t k1, float* acc, int64_t ld) {
+  // Fully unrolled so the R*C accumulators live in registers.
+  v8f s[R][C];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t k = 0; k < len; k += 8) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) s[r][c] = *reinterpret_cast<const v8f_u*>(acc + r * ld + 8 * c);
+  for (int64_t k = k0; k < k1; k += 8) {
     v8f bv[C];
-    for (int c = 0; c < C; ++c) std::memcpy(&bv[c], b[c] + k, sizeof(v8f));
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) bv[c] = *reinterpret_cast<const v8f_u*>(b[c] + k);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      v8f av;
-      std::memcpy(&av, a[r] + k, sizeof av);
-      for (int c = 0; c < C; ++c) acc[r][c] += av * bv[c];
+      const v8f av = *reinterpret_cast<const v8f_u*>(a[r] + k);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) s[r][c] += av * bv[c];
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[r * ldo + c] = lane_sum(acc[r][c]);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) *reinterpret_cast<v8f_u*>(acc + r * ld + 8 * c) = s[r][c];
 }
 
-// out[p][c] = sum_k a[p][k] * b[c][k]; nb even, len a multiple of 32.
+// out[p][c] = sum_k a[p][k] * b[c][k] for p < np, c < nb (a multiple of 4); len a
+// multiple of 32; acc holds np*nb*8 floats. K is walked in 4 KiB chunks (cache blocking,
+// lane sums parked in acc in between: the order of every sum is unchanged).
+[[gnu::always_inline]] inline void gemm_rows_body(const float* const* a, int64_t np,
+                                                  const float* b, int64_t nb, int64_t len,
+                                                  float* out, int64_t ldo, float* acc) {
+  constexpr int64_t kChunk = 1024;
+  const int64_t ld = nb * 8;
+  std::fill(acc, acc + np * ld, 0.0f);
+  for (int64_t k0 = 0; k0 < len; k0 += kChunk) {
+    const int64_t k1 = std::min(len, k0 + kChunk);
+    for (int64_t c = 0; c < nb; c += 4) {
+      const float* bp[4] = {b + c * len, b + (c + 1) * len, b + (c + 2) * len, b + (c + 3) * len};
+      int64_t p = 0;
+      for (; p + 2 <= np; p += 2) gemm_tile<2, 4>(a + p, bp, k0, k1, acc + p * ld + 8 * c, ld);
+      for (; p < np; ++p) gemm_tile<1, 4>(a + p, bp, k0, k1, acc + p * ld + 8 * c, ld);
+    }
+  }
+  for (int64_t p = 0; p < np; ++p)
+    for (int64_t c = 0; c < nb; ++c) {
+      const float* l = acc + p * ld + 8 * c;
+      out[p * ldo + c] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+}
+
+void gemm_rows_generic(const float* const* a, int64_t np, const float* b, int64_t nb,
+                       int64_t len, float* out, int64_t ldo, float* acc) {
+  gemm_rows_body(a, np, b, nb, len, out, ldo, acc);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) void gemm_rows_avx2(const float* const* a, int64_t np,
+                                                    const float* b, int64_t nb, int64_t len,
+                                                    float* out, int64_t ldo, float* acc) {
+  gemm_rows_body(a, np, b, nb, len, out, ldo, acc);
+}
+#endif
+
 void gemm_rows(const float* const* a, int64_t np, const float* b, int64_t nb, int64_t len,
-               float* out, int64_t ldo) {
-  int64_t p = 0;
-  for (; p + 2 <= np; p += 2)
-    for (int64_t c = 0; c < nb; c += 2) {
-      const float* bp[2] = {b + c * len, b + (c + 1) * len};
-      gemm_tile<2, 2>(a + p, bp, len, out + p * ldo + c, ldo);
-    }
-  for (; p < np; ++p)
-    for (int64_t c = 0; c < nb; c += 2) {
-      const float* bp[2] = {b + c * len, b + (c + 1) * len};
-      gemm_tile<1, 2>(a + p, bp, len, out + p * ldo + c, ldo);
-    }
+               float* out, int64_t ldo, float* acc) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return gemm_rows_avx2(a, np, b, nb, len, out, ldo, acc);
+#endif
+  gemm_rows_generic(a, np, b, nb, len, out, ldo, acc);
 }
 
 // MXFP4 rows -> floats: E2M1 value times the E8M0 scale, both exact floats, so their
-// product is exact (a 0xFF scale gives NaN for the whole block).
+// product is exact (a 0xFF scale gives NaN for the whole block). One table entry per
+// byte (both nibbles) keeps this a plain load-multiply-store loop.
 void dequant_rows_f32(const uint8_t* packed, const uint8_t* scale, int64_t nrows, int64_t cols,
                       float* dst) {
-  float lut[16];
-  for (int c = 0; c < 16; ++c) lut[c] = fmt::e2m1_to_float(static_cast<uint8_t>(c));
+  static const auto table = [] {
+    std::array<std::array<float, 2>, 256> t{};
+    for (int v = 0; v < 256; ++v) {
+      t[v][0] = fmt::e2m1_to_float(static_cast<uint8_t>(v & 0xF));
+      t[v][1] = fmt::e2m1_to_float(static_cast<uint8_t>(v >> 4));
+    }
+    return t;
+  }();
   for (int64_t r = 0; r < nrows; ++r)
     for (int64_t b = 0; b < cols / kMxBlock; ++b) {
       const float s = fmt::e8m0_to_float(scale[r * (cols / kMxBlock) + b]);
-      const uint8_t* pb = packed + r * (cols / 2) + b * (kMxBlock / 2);
+      uint8_t bytes[kMxBlock / 2];
+      std::memcpy(bytes, packed + r * (cols / 2) + b * (kMxBlock / 2), sizeof bytes);
       float* d = dst + r * cols + b * kMxBlock;
       for (int i = 0; i < kMxBlock / 2; ++i) {
-        d[2 * i] = lut[pb[i] & 0xF] * s;
-        d[2 * i + 1] = lut[pb[i] >> 4] * s;
+        d[2 * i] = table[bytes[i]][0] * s;
+        d[2 * i + 1] = table[bytes[i]][1] * s;
       }
     }
 }
@@ -169,8 +216,8 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   std::vector<float> result(static_cast<size_t>(M * K), 0.0f);
-  // Token batches bound the permuted buffers (x_perm is gathered per item, act [P][N],
-  // y [P][K]) to ~256 MiB.
+  // Token batches bound the per-pair buffers (act [P][N], y [P][K] floats) to ~256 MiB;
+  // routed rows are read in place through row pointers, never copied.
   const int64_t cap_pairs = std::max<int64_t>(top_k, (int64_t{256} << 20) / ((N + K) * 4));
   const int64_t batch = std::max<int64_t>(1, cap_pairs / top_k);
 
@@ -178,6 +225,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
   constexpr int64_t kTile2 = kMxBlock;          // 32 rows of W2
   std::vector<std::vector<float>> wscratch(static_cast<size_t>(nt)), oscratch(static_cast<size_t>(nt));
   std::vector<std::vector<const float*>> rows(static_cast<size_t>(nt));
+  std::vector<std::vector<float>> lanes(static_cast<size_t>(nt));
 
   for (int64_t t0 = 0; t0 < M; t0 += batch) {
     const int64_t t1 = std::min(M, t0 + batch), mb = t1 - t0, slots = mb * top_k;
@@ -230,14 +278,15 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
       std::vector<float>& wt = wscratch[worker];
       std::vector<float>& acc = oscratch[worker];
       std::vector<const float*>& a = rows[worker];
-      wt.resize(static_cast<size_t>(std::max(kTile1 * K, kTile2 * N)));
-      acc.resize(static_cast<size_t>(std::max(np * kTile1, acc.size() / 1)));
+      wt.resize(static_cast<size_t>(kTile1 * K));  // capacity persists across items
+      acc.resize(static_cast<size_t>(np * kTile1));
       a.resize(static_cast<size_t>(np));
       const int64_t row0 = e * 2 * N + tile * kTile1;
       dequant_rows_f32(&w.w13_packed[row0 * (K / 2)], &w.w13_scale[row0 * (K / kMxBlock)], kTile1, K,
                        wt.data());
       for (int64_t q = 0; q < np; ++q) a[q] = &xf[perm_token[p0 + q] * K];
-      gemm_rows(a.data(), np, wt.data(), kTile1, K, acc.data(), kTile1);
+      lanes[worker].resize(static_cast<size_t>(np * kTile1 * 8));
+      gemm_rows(a.data(), np, wt.data(), kTile1, K, acc.data(), kTile1, lanes[worker].data());
       const float* bias = cfg.has_bias ? &w.w13_bias[row0] : nullptr;
       float v[kMxBlock];
       for (int64_t q = 0; q < np; ++q) {
@@ -264,14 +313,15 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
       std::vector<float>& wt = wscratch[worker];
       std::vector<float>& acc = oscratch[worker];
       std::vector<const float*>& a = rows[worker];
-      wt.resize(static_cast<size_t>(std::max(kTile1 * K, kTile2 * N)));
-      acc.resize(static_cast<size_t>(std::max(np * kTile1, acc.size() / 1)));
+      wt.resize(static_cast<size_t>(kTile2 * N));
+      acc.resize(static_cast<size_t>(np * kTile2));
       a.resize(static_cast<size_t>(np));
       const int64_t row0 = e * K + tile * kTile2;
       dequant_rows_f32(&w.w2_packed[row0 * (N / 2)], &w.w2_scale[row0 * (N / kMxBlock)], kTile2, N,
                        wt.data());
       for (int64_t q = 0; q < np; ++q) a[q] = &act[(p0 + q) * N];
-      gemm_rows(a.data(), np, wt.data(), kTile2, N, acc.data(), kTile2);
+      lanes[worker].resize(static_cast<size_t>(np * kTile2 * 8));
+      gemm_rows(a.data(), np, wt.data(), kTile2, N, acc.data(), kTile2, lanes[worker].data());
       const float* bias = cfg.has_bias ? &w.w2_bias[row0] : nullptr;
       for (int64_t q = 0; q < np; ++q)
         for (int64_t r = 0; r < kTile2; ++r)

@@ -3,9 +3,11 @@
 // fp32, with the operation order fixed here:
 //
 // Sigmoid router (Kimi-K3 / DeepSeek):
-//   s[e]      = 1.0f / (1.0f + expf(-logit[e]))          fp32, libm expf (correctly
-//                                                         rounded in glibc; the kernel
-//                                                         uses the full-precision expf)
+//   s[e]      = am::sigmoid_f32(logit[e])                 fp32, 1/(1+exp(-x)) with the
+//                                                         exp of activation_math.h, which
+//                                                         host and device compute bit for
+//                                                         bit alike (libm and CUDA expf
+//                                                         may differ in the last ulp)
 //   biased[e] = s[e] + bias[e]                            fp32 add (bias 0 when absent)
 //   group limit (n_group > 1): group g = experts [g*G, (g+1)*G), G = E / n_group;
 //     group score = top1 + top2 of the group's biased scores (fp32 add, larger first);
@@ -18,7 +20,7 @@
 //   scaling_in_weights: w[j] = w[j] * routed_scaling_factor.
 //
 // Softmax router (GPT-OSS / Mixtral): select top_k by logit (descending, ties lower
-//   index); m = logit of slot 0; e[j] = expf(logit[id_j] - m); sum in slot order;
+//   index); m = logit of slot 0; e[j] = am::exp_f32(logit[id_j] - m); sum in slot order;
 //   w[j] = e[j] / sum; then routed_scaling_factor as above.
 //
 // Non-finite logits never crash and never pick an out-of-range id. A NaN score ranks
@@ -28,6 +30,8 @@
 // sigmoid router -inf / +inf logits are ordinary (s = 0 / 1); for the softmax router a
 // chosen infinite logit makes the token's weights NaN (inf - inf), likewise rejected.
 #include <algorithm>
+
+#include "mxmoe/activation_math.h"
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -117,7 +121,7 @@ Routing route_cpu(const float* logits, int64_t tokens, int64_t num_experts, cons
 
     if (params.kind == RouterKind::Sigmoid) {
       for (int64_t e = 0; e < E; ++e) {
-        s[e] = 1.0f / (1.0f + expf(-l[e]));
+        s[e] = am::sigmoid_f32(l[e]);
         key[e] = rank_key(bias ? s[e] + bias[e] : s[e]);
       }
     } else {
@@ -165,7 +169,7 @@ Routing route_cpu(const float* logits, int64_t tokens, int64_t num_experts, cons
       const float m = l[ids[0]];
       float sum = 0.0f;
       for (int64_t j = 0; j < k; ++j) {
-        w[j] = expf(l[ids[j]] - m);
+        w[j] = am::exp_f32(l[ids[j]] - m);
         sum += w[j];
       }
       for (int64_t j = 0; j < k; ++j) w[j] = w[j] / sum;

@@ -34,13 +34,13 @@ void gaussian_row(Rng& rng, double stddev, int64_t cols, float* ideal, uint8_t* 
 
 SyntheticLayer make_synthetic_layer(const MoeConfig& cfg, uint64_t seed) {
   const int64_t E = cfg.num_experts, K = cfg.hidden, N = cfg.intermediate;
-  MXMOE_CHECK_ARG(E > 0, "cfg.num_experts", E, " must be positive");
-  MXMOE_CHECK_ARG(K > 0 && K % kMxBlock == 0, "cfg.hidden", K, " must be a positive multiple of 32");
-  MXMOE_CHECK_ARG(N > 0 && N % kMxBlock == 0, "cfg.intermediate", N,
+  MXMOE_CHECK_ARG(E > 0, "config.num_experts", E, " must be positive");
+  MXMOE_CHECK_ARG(K > 0 && K % kMxBlock == 0, "config.hidden", K, " must be a positive multiple of 32");
+  MXMOE_CHECK_ARG(N > 0 && N % kMxBlock == 0, "config.intermediate", N,
                   " must be a positive multiple of 32");
-  MXMOE_CHECK_ARG(cfg.ep_size >= 1 && E % cfg.ep_size == 0, "cfg.ep_size", cfg.ep_size,
+  MXMOE_CHECK_ARG(cfg.ep_size >= 1 && E % cfg.ep_size == 0, "config.ep_size", cfg.ep_size,
                   " must be >= 1 and divide num_experts ", E);
-  MXMOE_CHECK_ARG(cfg.ep_rank >= 0 && cfg.ep_rank < cfg.ep_size, "cfg.ep_rank", cfg.ep_rank,
+  MXMOE_CHECK_ARG(cfg.ep_rank >= 0 && cfg.ep_rank < cfg.ep_size, "config.ep_rank", cfg.ep_rank,
                   " must be in [0, ep_size ", cfg.ep_size, ")");
 
   // Which global expert each local slot holds.
@@ -49,18 +49,18 @@ SyntheticLayer make_synthetic_layer(const MoeConfig& cfg, uint64_t seed) {
     const int64_t el = E / cfg.ep_size;
     for (int64_t l = 0; l < el; ++l) global_of.push_back(cfg.ep_rank * el + l);
   } else {
-    MXMOE_CHECK_ARG(static_cast<int64_t>(cfg.expert_map.size()) == E, "cfg.expert_map", "has ",
+    MXMOE_CHECK_ARG(static_cast<int64_t>(cfg.expert_map.size()) == E, "config.expert_map", "has ",
                     cfg.expert_map.size(), " entries, expected num_experts ", E);
     const int64_t el = cfg.local_experts();
     global_of.assign(static_cast<size_t>(std::max<int64_t>(el, 0)), -1);
     for (int64_t g = 0; g < E; ++g) {
       const int32_t l = cfg.expert_map[g];
-      MXMOE_CHECK_ARG(l >= -1 && l < el, "cfg.expert_map", "entry ", g, " = ", l,
+      MXMOE_CHECK_ARG(l >= -1 && l < el, "config.expert_map", "entry ", g, " = ", l,
                       " is outside [-1, ", el, ")");
       if (l >= 0) global_of[l] = g;
     }
     for (int64_t l = 0; l < el; ++l)
-      MXMOE_CHECK_ARG(global_of[l] >= 0, "cfg.expert_map", "no global expert maps to local ", l);
+      MXMOE_CHECK_ARG(global_of[l] >= 0, "config.expert_map", "no global expert maps to local ", l);
   }
   const int64_t EL = static_cast<int64_t>(global_of.size());
 

@@ -133,28 +133,33 @@ LoadedLayer load_kimi(const SafetensorsFile& f, const std::string& prefix, const
   check_ep(E, o);
   const int64_t EL = E / o.ep_size, first = o.ep_rank * EL;
 
-  std::vector<SourceExpert> experts(static_cast<size_t>(EL));
+  // Every expert's shapes first (header only, cheap; a missing expert fails before any
+  // allocation sized by the claimed expert count), then the bytes of this rank's experts.
   for (int64_t e = 0; e < E; ++e) {
-    const bool local = e >= first && e < first + EL;
-    // Shapes of every expert are checked (cheap, header only); bytes only for ours.
-    const uint8_t* w1 = f.expect(kimi_name(prefix, e, 1, "packed"), StDType::U8, {N, K / 2});
-    const uint8_t* s1 = f.expect(kimi_name(prefix, e, 1, "scale"), StDType::U8, {N, K / kMxBlock});
-    const uint8_t* w3 = f.expect(kimi_name(prefix, e, 3, "packed"), StDType::U8, {N, K / 2});
-    const uint8_t* s3 = f.expect(kimi_name(prefix, e, 3, "scale"), StDType::U8, {N, K / kMxBlock});
-    const uint8_t* w2 = f.expect(kimi_name(prefix, e, 2, "packed"), StDType::U8, {K, N / 2});
-    const uint8_t* s2 = f.expect(kimi_name(prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock});
-    if (!local) continue;
-    SourceExpert& x = experts[static_cast<size_t>(e - first)];
+    for (int w : {1, 3}) {
+      f.expect(kimi_name(prefix, e, w, "packed"), StDType::U8, {N, K / 2});
+      f.expect(kimi_name(prefix, e, w, "scale"), StDType::U8, {N, K / kMxBlock});
+    }
+    f.expect(kimi_name(prefix, e, 2, "packed"), StDType::U8, {K, N / 2});
+    f.expect(kimi_name(prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock});
+  }
+  std::vector<SourceExpert> experts(static_cast<size_t>(EL));
+  for (int64_t l = 0; l < EL; ++l) {
+    const int64_t e = first + l;
+    SourceExpert& x = experts[static_cast<size_t>(l)];
     x.w13.rows = 2 * N;
     x.w13.cols = K;
-    x.w13.packed = bytes_of(w1, N * K / 2);  // gate half, then the up half (W13Layout::GateUp)
+    // Gate half, then the up half (W13Layout::GateUp).
+    x.w13.packed = bytes_of(f.data(kimi_name(prefix, e, 1, "packed")), N * K / 2);
+    const uint8_t* w3 = f.data(kimi_name(prefix, e, 3, "packed"));
     x.w13.packed.insert(x.w13.packed.end(), w3, w3 + N * K / 2);
-    x.w13.scale = bytes_of(s1, N * K / kMxBlock);
+    x.w13.scale = bytes_of(f.data(kimi_name(prefix, e, 1, "scale")), N * K / kMxBlock);
+    const uint8_t* s3 = f.data(kimi_name(prefix, e, 3, "scale"));
     x.w13.scale.insert(x.w13.scale.end(), s3, s3 + N * K / kMxBlock);
     x.w2.rows = K;
     x.w2.cols = N;
-    x.w2.packed = bytes_of(w2, K * N / 2);
-    x.w2.scale = bytes_of(s2, K * N / kMxBlock);
+    x.w2.packed = bytes_of(f.data(kimi_name(prefix, e, 2, "packed")), K * N / 2);
+    x.w2.scale = bytes_of(f.data(kimi_name(prefix, e, 2, "scale")), K * N / kMxBlock);
   }
   LoadedLayer L;
   L.format = CheckpointFormat::KimiK3;
@@ -240,15 +245,99 @@ bool bf16_exact(const std::vector<float>& v) {
   return true;
 }
 
-void add_floats(SafetensorsWriter& w, const std::string& name, const std::vector<float>& v,
-                std::vector<int64_t> shape) {
-  if (bf16_exact(v)) {
+// Names, dtypes and shapes of a layer's tensors in `format`: the one place both writers
+// (conversion and synthetic generation) take them from, so they produce the same bytes.
+struct LayerShape {
+  CheckpointFormat format;
+  std::string prefix;
+  int64_t E, K, N;
+  bool has_bias;
+  StDType bias_dtype;  // F32 or BF16
+  bool has_correction_bias;
+};
+
+std::vector<SafetensorsStreamWriter::Decl> declare_tensors(const LayerShape& s) {
+  const int64_t E = s.E, K = s.K, N = s.N;
+  std::vector<SafetensorsStreamWriter::Decl> d;
+  if (s.format == CheckpointFormat::KimiK3) {
+    for (int64_t e = 0; e < E; ++e) {
+      d.push_back({kimi_name(s.prefix, e, 1, "packed"), StDType::U8, {N, K / 2}});
+      d.push_back({kimi_name(s.prefix, e, 1, "scale"), StDType::U8, {N, K / kMxBlock}});
+      d.push_back({kimi_name(s.prefix, e, 3, "packed"), StDType::U8, {N, K / 2}});
+      d.push_back({kimi_name(s.prefix, e, 3, "scale"), StDType::U8, {N, K / kMxBlock}});
+      d.push_back({kimi_name(s.prefix, e, 2, "packed"), StDType::U8, {K, N / 2}});
+      d.push_back({kimi_name(s.prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock}});
+    }
+  } else {
+    d.push_back({gptoss_name(s.prefix, "gate_up_proj_blocks"), StDType::U8, {E, 2 * N, K / kMxBlock, 16}});
+    d.push_back({gptoss_name(s.prefix, "gate_up_proj_scales"), StDType::U8, {E, 2 * N, K / kMxBlock}});
+    d.push_back({gptoss_name(s.prefix, "down_proj_blocks"), StDType::U8, {E, K, N / kMxBlock, 16}});
+    d.push_back({gptoss_name(s.prefix, "down_proj_scales"), StDType::U8, {E, K, N / kMxBlock}});
+    if (s.has_bias) {
+      d.push_back({gptoss_name(s.prefix, "gate_up_proj_bias"), s.bias_dtype, {E, 2 * N}});
+      d.push_back({gptoss_name(s.prefix, "down_proj_bias"), s.bias_dtype, {E, K}});
+    }
+  }
+  if (s.has_correction_bias) d.push_back({correction_bias_name(s.prefix), StDType::F32, {E}});
+  return d;
+}
+
+void write_floats(SafetensorsStreamWriter& w, const std::string& name, StDType dtype, uint64_t first_elem,
+                  const std::vector<float>& v) {
+  if (dtype == StDType::F32) {
+    w.write(name, first_elem * 4, v.data(), v.size() * 4);
+  } else {
     std::vector<uint16_t> b(v.size());
     for (size_t i = 0; i < v.size(); ++i) b[i] = fmt::float_to_bf16(v[i]);
-    w.add(name, StDType::BF16, std::move(shape), b.data(), b.size() * 2);
-  } else {
-    w.add(name, StDType::F32, std::move(shape), v.data(), v.size() * 4);
+    w.write(name, first_elem * 2, b.data(), b.size() * 2);
   }
+}
+
+// Write experts [first, first + kernel.num_local) given in the kernel layout.
+void write_experts(SafetensorsStreamWriter& w, const LayerShape& s, int64_t first, const ExpertWeights& kernel) {
+  const int64_t K = s.K, N = s.N;
+  const bool kimi = s.format == CheckpointFormat::KimiK3;
+  const std::vector<SourceExpert> src =
+      from_kernel_layout(kernel, kimi ? W13Layout::GateUp : W13Layout::Interleaved);
+  for (size_t i = 0; i < src.size(); ++i) {
+    const SourceExpert& x = src[i];
+    const int64_t e = first + static_cast<int64_t>(i);
+    if (kimi) {
+      const size_t hp = static_cast<size_t>(N * K / 2), hs = static_cast<size_t>(N * K / kMxBlock);
+      w.write(kimi_name(s.prefix, e, 1, "packed"), 0, x.w13.packed.data(), hp);
+      w.write(kimi_name(s.prefix, e, 1, "scale"), 0, x.w13.scale.data(), hs);
+      w.write(kimi_name(s.prefix, e, 3, "packed"), 0, x.w13.packed.data() + hp, hp);
+      w.write(kimi_name(s.prefix, e, 3, "scale"), 0, x.w13.scale.data() + hs, hs);
+      w.write(kimi_name(s.prefix, e, 2, "packed"), 0, x.w2.packed.data(), x.w2.packed.size());
+      w.write(kimi_name(s.prefix, e, 2, "scale"), 0, x.w2.scale.data(), x.w2.scale.size());
+    } else {
+      const uint64_t ue = static_cast<uint64_t>(e);
+      w.write(gptoss_name(s.prefix, "gate_up_proj_blocks"), ue * x.w13.packed.size(), x.w13.packed.data(), x.w13.packed.size());
+      w.write(gptoss_name(s.prefix, "gate_up_proj_scales"), ue * x.w13.scale.size(), x.w13.scale.data(), x.w13.scale.size());
+      w.write(gptoss_name(s.prefix, "down_proj_blocks"), ue * x.w2.packed.size(), x.w2.packed.data(), x.w2.packed.size());
+      w.write(gptoss_name(s.prefix, "down_proj_scales"), ue * x.w2.scale.size(), x.w2.scale.data(), x.w2.scale.size());
+      if (s.has_bias) {
+        write_floats(w, gptoss_name(s.prefix, "gate_up_proj_bias"), s.bias_dtype, ue * 2 * N, x.w13_bias);
+        write_floats(w, gptoss_name(s.prefix, "down_proj_bias"), s.bias_dtype, ue * K, x.w2_bias);
+      }
+    }
+  }
+}
+
+std::map<std::string, std::string> synthetic_metadata(const SyntheticSpec& spec) {
+  std::map<std::string, std::string> md = {
+      {"mxmoe.format_version", kFormatVersion},
+      {cat(kMd, "seed"), std::to_string(spec.seed)},
+      {cat(kMd, "format"), to_string(spec.format)},
+      {cat(kMd, "num_experts"), std::to_string(spec.num_experts)},
+      {cat(kMd, "hidden"), std::to_string(spec.hidden)},
+      {cat(kMd, "intermediate"), std::to_string(spec.intermediate)},
+      {cat(kMd, "top_k"), std::to_string(spec.top_k)},
+      {cat(kMd, "layer"), std::to_string(spec.layer)},
+      {cat(kMd, "with_bias"), spec.with_bias ? "true" : "false"},
+  };
+  if (!spec.prefix.empty()) md[cat(kMd, "prefix")] = spec.prefix;
+  return md;
 }
 
 }  // namespace
@@ -326,44 +415,6 @@ void write_checkpoint(const std::string& path, const LoadedLayer& layer, Checkpo
                   "layer", "correction_bias has ", layer.correction_bias.size(), " entries, expected ", E);
   const std::string prefix = prefix_in.empty() ? default_prefix(layer_index) : prefix_in;
 
-  SafetensorsWriter out;
-  if (format == CheckpointFormat::KimiK3) {
-    const std::vector<SourceExpert> src = from_kernel_layout(w, W13Layout::GateUp);
-    for (int64_t e = 0; e < E; ++e) {
-      const SourceExpert& x = src[static_cast<size_t>(e)];
-      const size_t hp = static_cast<size_t>(N * K / 2), hs = static_cast<size_t>(N * K / kMxBlock);
-      out.add(kimi_name(prefix, e, 1, "packed"), StDType::U8, {N, K / 2}, x.w13.packed.data(), hp);
-      out.add(kimi_name(prefix, e, 1, "scale"), StDType::U8, {N, K / kMxBlock}, x.w13.scale.data(), hs);
-      out.add(kimi_name(prefix, e, 3, "packed"), StDType::U8, {N, K / 2}, x.w13.packed.data() + hp, hp);
-      out.add(kimi_name(prefix, e, 3, "scale"), StDType::U8, {N, K / kMxBlock}, x.w13.scale.data() + hs, hs);
-      out.add(kimi_name(prefix, e, 2, "packed"), StDType::U8, {K, N / 2}, x.w2.packed.data(), x.w2.packed.size());
-      out.add(kimi_name(prefix, e, 2, "scale"), StDType::U8, {K, N / kMxBlock}, x.w2.scale.data(), x.w2.scale.size());
-    }
-  } else {
-    const std::vector<SourceExpert> src = from_kernel_layout(w, W13Layout::Interleaved);
-    std::vector<uint8_t> gub, gus, dnb, dns;
-    std::vector<float> b13, b2;
-    for (const SourceExpert& x : src) {
-      gub.insert(gub.end(), x.w13.packed.begin(), x.w13.packed.end());
-      gus.insert(gus.end(), x.w13.scale.begin(), x.w13.scale.end());
-      dnb.insert(dnb.end(), x.w2.packed.begin(), x.w2.packed.end());
-      dns.insert(dns.end(), x.w2.scale.begin(), x.w2.scale.end());
-      b13.insert(b13.end(), x.w13_bias.begin(), x.w13_bias.end());
-      b2.insert(b2.end(), x.w2_bias.begin(), x.w2_bias.end());
-    }
-    out.add(gptoss_name(prefix, "gate_up_proj_blocks"), StDType::U8, {E, 2 * N, K / kMxBlock, 16}, gub.data(), gub.size());
-    out.add(gptoss_name(prefix, "gate_up_proj_scales"), StDType::U8, {E, 2 * N, K / kMxBlock}, gus.data(), gus.size());
-    out.add(gptoss_name(prefix, "down_proj_blocks"), StDType::U8, {E, K, N / kMxBlock, 16}, dnb.data(), dnb.size());
-    out.add(gptoss_name(prefix, "down_proj_scales"), StDType::U8, {E, K, N / kMxBlock}, dns.data(), dns.size());
-    if (has_bias) {
-      add_floats(out, gptoss_name(prefix, "gate_up_proj_bias"), b13, {E, 2 * N});
-      add_floats(out, gptoss_name(prefix, "down_proj_bias"), b2, {E, K});
-    }
-  }
-  if (!layer.correction_bias.empty())
-    out.add(correction_bias_name(prefix), StDType::F32, {E}, layer.correction_bias.data(),
-            layer.correction_bias.size() * 4);
-
   // Keep the source's metadata; the synthetic keys describing the file's own format and
   // naming follow the conversion, so the file still regenerates its weights and a
   // round trip (kimi -> gpt-oss -> kimi) reproduces the original bytes.
@@ -375,8 +426,14 @@ void write_checkpoint(const std::string& path, const LoadedLayer& layer, Checkpo
     if (prefix_in.empty()) md.erase(cat(kMd, "prefix"));
     else md[cat(kMd, "prefix")] = prefix_in;
   }
-  for (const auto& [k, v] : md) out.set_metadata(k, v);
-  out.write(path);
+  const LayerShape shape{format, prefix, E, K, N, has_bias,
+                         bf16_exact(w.w13_bias) && bf16_exact(w.w2_bias) ? StDType::BF16 : StDType::F32,
+                         !layer.correction_bias.empty()};
+  SafetensorsStreamWriter out(path, declare_tensors(shape), md);
+  write_experts(out, shape, 0, w);
+  if (shape.has_correction_bias)
+    out.write(correction_bias_name(prefix), 0, layer.correction_bias.data(), layer.correction_bias.size() * 4);
+  out.commit();
 }
 
 std::vector<float> synthetic_correction_bias(int64_t num_experts, uint64_t seed) {
@@ -400,33 +457,42 @@ void write_synthetic_checkpoint(const std::string& path, const SyntheticSpec& sp
   MXMOE_CHECK_ARG(!spec.with_bias || spec.format == CheckpointFormat::GptOss, "with_bias",
                   "Kimi-K3 checkpoints have no expert biases (use format gpt-oss)");
 
-  MoeConfig cfg;
-  cfg.num_experts = spec.num_experts;
-  cfg.top_k = spec.top_k;
-  cfg.hidden = spec.hidden;
-  cfg.intermediate = spec.intermediate;
-  cfg.has_bias = spec.with_bias;
-  SyntheticLayer syn = make_synthetic_layer(cfg, spec.seed);
+  const int64_t E = spec.num_experts, K = spec.hidden, N = spec.intermediate;
+  const std::string prefix = spec.prefix.empty() ? default_prefix(spec.layer) : spec.prefix;
+  const LayerShape shape{spec.format, prefix, E, K, N, spec.with_bias, StDType::BF16,
+                         spec.format == CheckpointFormat::KimiK3};
+  SafetensorsStreamWriter out(path, declare_tensors(shape), synthetic_metadata(spec));
 
-  LoadedLayer L;
-  L.format = spec.format;
-  L.num_experts = spec.num_experts;
-  L.hidden = spec.hidden;
-  L.intermediate = spec.intermediate;
-  L.weights = std::move(syn.weights);
-  if (spec.format == CheckpointFormat::KimiK3)
-    L.correction_bias = synthetic_correction_bias(spec.num_experts, spec.seed);
-  L.metadata = {
-      {cat(kMd, "seed"), std::to_string(spec.seed)},
-      {cat(kMd, "format"), to_string(spec.format)},
-      {cat(kMd, "num_experts"), std::to_string(spec.num_experts)},
-      {cat(kMd, "hidden"), std::to_string(spec.hidden)},
-      {cat(kMd, "intermediate"), std::to_string(spec.intermediate)},
-      {cat(kMd, "top_k"), std::to_string(spec.top_k)},
-      {cat(kMd, "layer"), std::to_string(spec.layer)},
-      {cat(kMd, "with_bias"), spec.with_bias ? "true" : "false"},
-  };
-  write_checkpoint(path, L, spec.format, spec.prefix, spec.layer);
+  // Generate a few experts at a time (an EP slice of the layer, which is bit-identical
+  // to the same experts of the full layer), so a full-size layer (~16 GB of MXFP4, ten
+  // times that as floats) streams to disk in bounded memory.
+  const double bytes_per_expert = 3.0 * static_cast<double>(N) * static_cast<double>(K) * 4.6;
+  // At most 16 experts at a time: enough to keep the generator's threads busy, and the
+  // embedded checkpoint's test then runs the multi-chunk path.
+  const int64_t budget = std::clamp<int64_t>(static_cast<int64_t>(1.5e9 / bytes_per_expert), 1, 16);
+  int64_t chunk = 1;
+  for (int64_t c = std::min(E, budget); c >= 1; --c)
+    if (E % c == 0) {
+      chunk = c;
+      break;
+    }
+  MoeConfig cfg;
+  cfg.num_experts = E;
+  cfg.top_k = spec.top_k;
+  cfg.hidden = K;
+  cfg.intermediate = N;
+  cfg.has_bias = spec.with_bias;
+  cfg.ep_size = E / chunk;
+  for (int64_t r = 0; r < cfg.ep_size; ++r) {
+    cfg.ep_rank = r;
+    const SyntheticLayer syn = make_synthetic_layer(cfg, spec.seed);
+    write_experts(out, shape, r * chunk, syn.weights);
+  }
+  if (shape.has_correction_bias) {
+    const std::vector<float> cb = synthetic_correction_bias(E, spec.seed);
+    out.write(correction_bias_name(prefix), 0, cb.data(), cb.size() * 4);
+  }
+  out.commit();
 }
 
 bool synthetic_spec_from_metadata(const std::map<std::string, std::string>& md, SyntheticSpec& spec) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -357,71 +358,127 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
-  // Names sorted so the same tensors always give the same bytes.
-  std::vector<const Entry*> order;
-  for (const auto& e : entries_) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  std::vector<SafetensorsStreamWriter::Decl> decls;
+  for (const auto& e : entries_) decls.push_back({e.name, e.dtype, e.shape});
+  SafetensorsStreamWriter w(path, std::move(decls), metadata_);
+  for (const auto& e : entries_)
+    if (!e.bytes.empty()) w.write(e.name, 0, e.bytes.data(), e.bytes.size());
+  w.commit();
+}
 
+// ---------------------------------------------------------------- streaming writer
+
+namespace {
+std::atomic<uint64_t> g_tmp_counter{0};
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<Decl> tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path) {
+  // Names sorted so the same tensors always give the same bytes.
+  std::sort(tensors.begin(), tensors.end(), [](const Decl& a, const Decl& b) { return a.name < b.name; });
   json header = json::object();
   uint64_t offset = 0;
-  for (const Entry* e : order) {
-    header[e->name] = {{"dtype", to_string(e->dtype)},
-                       {"shape", e->shape},
-                       {"data_offsets", {offset, offset + e->bytes.size()}}};
-    offset += e->bytes.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Decl& d = tensors[i];
+    MXMOE_CHECK_ARG(!d.name.empty() && d.name != "__metadata__", "name", "'", d.name,
+                    "' is not a valid tensor name");
+    MXMOE_CHECK_ARG(i == 0 || tensors[i - 1].name != d.name, "name", "tensor '", d.name,
+                    "' declared twice");
+    int64_t numel = 0;
+    const uint64_t esize = dtype_size(d.dtype);
+    MXMOE_CHECK_ARG(checked_numel(d.shape, numel) &&
+                        static_cast<uint64_t>(numel) <= (std::numeric_limits<uint64_t>::max() / 2) / esize,
+                    "shape", "tensor '", d.name, "': shape ", shape_str(d.shape), " is negative or overflows");
+    const uint64_t size = static_cast<uint64_t>(numel) * esize;
+    header[d.name] = {{"dtype", to_string(d.dtype)}, {"shape", d.shape}, {"data_offsets", {offset, offset + size}}};
+    slots_[d.name] = Slot{offset, size, 0};
+    offset += size;
   }
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text;
   try {
     text = header.dump();
   } catch (const json::exception& ex) {
-    throw FormatError(cat(path, ": cannot encode the header (names and metadata must be UTF-8): ",
-                          ex.what()));
+    throw FormatError(cat(path, ": cannot encode the header (names and metadata must be UTF-8): ", ex.what()));
   }
   // Pad with spaces so the data section starts 8-byte aligned (as the reference writer
   // does), letting readers use F32/I64 tensors in place.
   while (text.size() % 8) text += ' ';
+  data_start_ = 8 + text.size();
 
-  const std::string tmp = cat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw FormatError(cat(tmp, ": cannot create: ", std::strerror(errno)));
-  auto fail = [&](const char* what) {
+  tmp_ = cat(path, ".tmp.", ::getpid(), ".", g_tmp_counter.fetch_add(1));
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw FormatError(cat(tmp_, ": cannot create: ", std::strerror(errno)));
+  try {
+    uint8_t len8[8];
+    for (int i = 0; i < 8; ++i) len8[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    std::string head(reinterpret_cast<const char*>(len8), 8);
+    head += text;
+    if (::ftruncate(fd_, static_cast<off_t>(data_start_ + offset)) != 0)
+      throw FormatError(cat(tmp_, ": cannot size the file to ", data_start_ + offset, " bytes: ",
+                            std::strerror(errno)));
+    write_at(0, head.data(), head.size());
+  } catch (...) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+    fd_ = -1;
+    throw;
+  }
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::write_at(uint64_t pos, const void* bytes, size_t size) {
+  const char* c = static_cast<const char*>(bytes);
+  while (size > 0) {
+    const ssize_t w = ::pwrite(fd_, c, size, static_cast<off_t>(pos));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw FormatError(cat(tmp_, ": write failed: ", std::strerror(errno)));
+    }
+    c += w;
+    pos += static_cast<uint64_t>(w);
+    size -= static_cast<size_t>(w);
+  }
+}
+
+void SafetensorsStreamWriter::write(const std::string& name, uint64_t offset, const void* bytes, size_t size) {
+  if (fd_ < 0) throw InvalidArgument("writer", cat("write of '", name, "' after commit or failure"));
+  auto it = slots_.find(name);
+  MXMOE_CHECK_ARG(it != slots_.end(), "name", "tensor '", name, "' was not declared");
+  Slot& s = it->second;
+  MXMOE_CHECK_ARG(offset <= s.size && size <= s.size - offset, "offset", "tensor '", name, "': bytes [",
+                  offset, ", ", offset + size, ") are outside its ", s.size, " bytes");
+  MXMOE_CHECK_ARG(bytes != nullptr || size == 0, "bytes", "tensor '", name, "': null data");
+  write_at(data_start_ + s.begin + offset, bytes, size);
+  s.written += size;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (fd_ < 0) throw InvalidArgument("writer", "commit after commit or failure");
+  for (const auto& [name, s] : slots_)
+    MXMOE_CHECK_ARG(s.written == s.size, "writer", "tensor '", name, "': ", s.written, " of ", s.size,
+                    " bytes written");
+  const int fd = fd_;
+  fd_ = -1;  // from here on, failures clean up explicitly
+  auto fail = [&](const char* what, int err) {
+    ::unlink(tmp_.c_str());
+    throw FormatError(cat(tmp_, ": ", what, ": ", std::strerror(err)));
+  };
+  if (::fsync(fd) != 0) {
     const int err = errno;
     ::close(fd);
-    ::unlink(tmp.c_str());
-    throw FormatError(cat(tmp, ": ", what, ": ", std::strerror(err)));
-  };
-  auto put = [&](const void* p, size_t len) {
-    const char* c = static_cast<const char*>(p);
-    while (len > 0) {
-      const ssize_t w = ::write(fd, c, len);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        fail("write failed");
-      }
-      c += w;
-      len -= static_cast<size_t>(w);
-    }
-  };
-  uint8_t len8[8];
-  const uint64_t hl = text.size();
-  for (int i = 0; i < 8; ++i) len8[i] = static_cast<uint8_t>(hl >> (8 * i));
-  put(len8, 8);
-  put(text.data(), text.size());
-  for (const Entry* e : order)
-    if (!e->bytes.empty()) put(e->bytes.data(), e->bytes.size());
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw FormatError(cat(tmp, ": close failed: ", std::strerror(err)));
+    fail("fsync failed", err);
   }
+  if (::close(fd) != 0) fail("close failed", errno);
   // rename() replaces the destination atomically: readers see the old or the new file.
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw FormatError(cat(path, ": cannot rename ", tmp, " into place: ", std::strerror(err)));
-  }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("cannot rename into place", errno);
 }
 
 }  // namespace mxmoe

@@ -529,29 +529,50 @@ TEST(QuantizeE4M3, NaNElementBecomesNaNCodeOthersUnaffected) {
   EXPECT_EQ(c1[5] & 0x7F, 0x7F);
   EXPECT_TRUE(std::isnan(fmt::dequant_e4m3(c1[5], s1)));
   EXPECT_EQ(s1, s2);
-  for (int i = 0; i < kMxBlock; ++i)
+  for (int i = 0; i < kMxBlock; ++i) {
     if (i != 5) EXPECT_EQ(c1[i], c2[i]) << i;
+  }
 }
 
-TEST(QuantizeE4M3, InfinitySaturatesWithLargestFiniteScale) {
+// ±Inf saturates at the scale of the block's finite values (formats.h): the finite
+// elements quantize exactly as they would without the Inf, and the Inf becomes ±max.
+TEST(QuantizeE4M3, InfinitySaturatesAtTheFiniteBlockScale) {
   std::mt19937_64 rng(1102);
   std::vector<float> x = random_block(rng);
+  std::vector<float> finite = x;
+  finite[3] = 0.0f;
   x[3] = -kInfF;
-  uint8_t codes[kMxBlock], sb;
+  uint8_t codes[kMxBlock], sb, ref_codes[kMxBlock], ref_sb;
   fmt::quantize_block_e4m3(x.data(), codes, &sb);
-  EXPECT_EQ(sb, 0xFE);
-  EXPECT_EQ(codes[3], 0xFE);
-  EXPECT_EQ(fmt::dequant_e4m3(codes[3], sb), -448.0 * std::ldexp(1.0, 127));
+  fmt::quantize_block_e4m3(finite.data(), ref_codes, &ref_sb);
+  EXPECT_EQ(sb, ref_sb) << "the scale comes from the finite elements";
+  EXPECT_NE(sb, 0xFF);
+  EXPECT_EQ(codes[3], 0xFE) << "-Inf saturates to -448";
+  for (int i = 0; i < kMxBlock; ++i)
+    if (i != 3) EXPECT_EQ(codes[i], ref_codes[i]) << i;
+  EXPECT_EQ(fmt::dequant_e4m3(codes[3], sb), -448.0 * std::ldexp(1.0, sb - 127));
 }
 
-TEST(QuantizeE2M1, InfinitySaturatesWithLargestFiniteScale) {
+TEST(QuantizeE2M1, InfinitySaturatesAtTheFiniteBlockScale) {
   float x[kMxBlock];
-  for (int i = 0; i < kMxBlock; ++i) x[i] = 1.0f + i;
+  for (int i = 0; i < kMxBlock; ++i) x[i] = 1.0f + i;  // amax 32 -> 32 <= 6 * 2^3: s = 3
   x[9] = kInfF;
   uint8_t packed[kMxBlock / 2], sb;
   fmt::quantize_block_e2m1(x, packed, &sb);
-  EXPECT_EQ(sb, 0xFE);
-  EXPECT_EQ(packed[4] >> 4, 7);
+  EXPECT_EQ(sb, 127 + 3);
+  EXPECT_EQ(packed[4] >> 4, 7) << "+Inf saturates to +6";
+}
+
+TEST(QuantizeBoth, AllInfinityBlockHasFiniteScale) {
+  float x[kMxBlock];
+  for (int i = 0; i < kMxBlock; ++i) x[i] = (i & 1) ? -kInfF : kInfF;
+  uint8_t codes[kMxBlock], packed[kMxBlock / 2], s8, s4;
+  fmt::quantize_block_e4m3(x, codes, &s8);
+  fmt::quantize_block_e2m1(x, packed, &s4);
+  EXPECT_EQ(s8, 0) << "no finite element: amax 0";
+  EXPECT_EQ(s4, 0);
+  for (int i = 0; i < kMxBlock; ++i) EXPECT_EQ(codes[i], (i & 1) ? 0xFE : 0x7E) << i;
+  for (int i = 0; i < kMxBlock / 2; ++i) EXPECT_EQ(packed[i], 0xF7) << i;
 }
 
 TEST(QuantizeBoth, ZeroBlockGivesScaleByteZeroAndZeroCodes) {

@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -41,12 +43,12 @@ std::vector<uint8_t> random_bytes(Rng& rng, size_t n) {
 
 // A file from a header text (its length field computed unless given) and data bytes.
 std::vector<uint8_t> make_file(const std::string& header, const std::vector<uint8_t>& data,
-                               int64_t length_override = -1) {
-  const uint64_t n = length_override >= 0 ? static_cast<uint64_t>(length_override) : header.size();
-  std::vector<uint8_t> f(8);
+                               bool override_length = false, uint64_t length = 0) {
+  const uint64_t n = override_length ? length : header.size();
+  std::vector<uint8_t> f(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) f[i] = static_cast<uint8_t>(n >> (8 * i));
-  f.insert(f.end(), header.begin(), header.end());
-  f.insert(f.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), f.begin() + 8);
+  std::copy(data.begin(), data.end(), f.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
   return f;
 }
 
@@ -236,8 +238,9 @@ TEST(SafetensorsMalformed, TruncatedHeader) {
 }
 
 TEST(SafetensorsMalformed, HeaderLengthLargerThanFile) {
-  expect_format_error(make_file("{}", {}, 1000), "header length 1000 exceeds");
-  expect_format_error(make_file("{}", {}, -2 /* 2^64-2 */), "exceeds");
+  expect_format_error(make_file("{}", {}, true, 1000), "header length 1000 exceeds");
+  expect_format_error(make_file("{}", {}, true, ~uint64_t{1}), "exceeds");
+  expect_format_error(make_file(R"({"a":1})", {}, true, 3), "not valid JSON");
 }
 
 TEST(SafetensorsMalformed, AbsurdHeaderLength) {
@@ -391,7 +394,75 @@ TEST(SafetensorsFuzz, RandomCorruptionOnlyEverThrowsFormatError) {
       FAIL() << "iteration " << iter << ": non-FormatError exception: " << e.what();
     }
   }
+  std::printf("fuzz: %d accepted, %d rejected\n", accepted, rejected);
   // Both outcomes must occur, or the loop did not exercise the parser.
   EXPECT_GT(accepted, 0);
   EXPECT_GT(rejected, 1000);
+}
+
+// ---------------------------------------------------------------- streaming writer
+
+namespace {
+// Files in the temp dir whose name starts with `base`'s file name (temporaries included).
+int count_files_like(const std::string& base) {
+  const std::filesystem::path p(base);
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path()))
+    if (e.path().filename().string().rfind(p.filename().string(), 0) == 0) ++n;
+  return n;
+}
+}  // namespace
+
+TEST(SafetensorsStreamWriter, PiecewiseOutOfOrderWritesGiveTheSameBytesAsTheWriter) {
+  Rng rng(99);
+  const auto a = random_bytes(rng, 64), b = random_bytes(rng, 24);
+  SafetensorsWriter w;
+  w.add("b.second", StDType::F32, {2, 3}, b.data(), b.size());
+  w.add("a.first", StDType::U8, {4, 16}, a.data(), a.size());
+  w.set_metadata("k", "v");
+  const std::string p1 = temp_path("stream_ref"), p2 = temp_path("stream_out");
+  w.write(p1);
+  {
+    SafetensorsStreamWriter s(p2, {{"a.first", StDType::U8, {4, 16}}, {"b.second", StDType::F32, {2, 3}}}, {{"k", "v"}});
+    s.write("b.second", 12, b.data() + 12, 12);
+    s.write("a.first", 32, a.data() + 32, 32);
+    s.write("b.second", 0, b.data(), 12);
+    s.write("a.first", 0, a.data(), 32);
+    s.commit();
+  }
+  EXPECT_EQ(read_all(p1), read_all(p2));
+  std::remove(p1.c_str());
+  std::remove(p2.c_str());
+}
+
+TEST(SafetensorsStreamWriter, RejectsBadWritesAndLeavesNothingWithoutCommit) {
+  const std::string path = temp_path("stream_abort");
+  const std::vector<uint8_t> bytes(16, 3);
+  {
+    SafetensorsStreamWriter s(path, {{"t", StDType::U8, {16}}}, {});
+    try {
+      s.write("t", 8, bytes.data(), 16);  // past the end
+      ADD_FAILURE();
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "offset");
+    }
+    try {
+      s.write("u", 0, bytes.data(), 1);
+      ADD_FAILURE();
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "name");
+    }
+    s.write("t", 0, bytes.data(), 8);
+    try {
+      s.commit();  // half of "t" unwritten
+      ADD_FAILURE();
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("8 of 16"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(count_files_like(path), 1) << "only the temporary file exists before commit";
+  }
+  EXPECT_EQ(count_files_like(path), 0) << "the destructor removes the temporary file";
+  EXPECT_THROW(SafetensorsStreamWriter(path, {{"t", StDType::U8, {4}}, {"t", StDType::U8, {4}}}, {}),
+               InvalidArgument);
+  EXPECT_EQ(count_files_like(path), 0);
 }

@@ -1,0 +1,199 @@
+"""PyTorch: the custom op (CPU tensors, fake tensors, torch.compile) and, on a GPU, CUDA
+tensors through DLPack, CUDA-graph capture and replay, torch.compile of KimiK3Experts,
+and agreement with the float64 reference. Skipped with the reason where torch/CUDA are absent."""
+
+import numpy as np
+import pytest
+
+import mxmoe
+from conftest import SEED, assert_close, cuda_or_skip, random_routing, random_x, reference, small_config
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+from mxmoe.torch_ops import register_layer  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def kimi_file(tmp_path):
+    p = tmp_path / "kimi.safetensors"
+    mxmoe.write_synthetic_checkpoint(str(p), format="kimi", num_experts=16, hidden=256, intermediate=128, top_k=4, seed=SEED)
+    return p
+
+
+def _inputs(rng, cfg, tokens, minus_one=0.0):
+    x = random_x(rng, tokens, cfg.hidden)
+    ids, wt = random_routing(rng, tokens, cfg.num_experts, cfg.top_k, minus_one)
+    return x, ids, wt
+
+
+# ------------------------------------------------------------------ CPU tensors
+
+
+def test_op_on_cpu_tensors_matches_numpy_path(rng):
+    cfg = small_config()
+    w = mxmoe.make_synthetic_weights(cfg, SEED)
+    L = mxmoe.Layer(cfg, w)
+    x, ids, wt = _inputs(rng, cfg, 5)
+    h = register_layer(L)
+    xt = torch.from_numpy(x).to(torch.bfloat16)
+    y = torch.ops.mxmoe.fused_moe(xt, torch.from_numpy(ids).long(), torch.from_numpy(wt), None, h)
+    assert y.dtype == torch.bfloat16 and tuple(y.shape) == (5, cfg.hidden)
+    np.testing.assert_array_equal(y.float().numpy(), L.forward(xt.float().numpy(), ids, wt))
+
+
+def test_fake_impl_gives_shape_and_dtype_without_running():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cfg = small_config(output_format="fp32")
+    h = register_layer(mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED)))
+    with FakeTensorMode():
+        x = torch.empty(7, cfg.hidden, dtype=torch.bfloat16)
+        y = torch.ops.mxmoe.fused_moe(x, torch.empty(7, 3, dtype=torch.int32), torch.empty(7, 3), None, h)
+    assert tuple(y.shape) == (7, cfg.hidden) and y.dtype == torch.float32
+
+
+def test_opcheck_passes():
+    cfg = small_config()
+    h = register_layer(mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED)))
+    rng = np.random.default_rng(SEED)
+    x, ids, wt = _inputs(rng, cfg, 4)
+    torch.library.opcheck(torch.ops.mxmoe.fused_moe.default,
+                          (torch.from_numpy(x).bfloat16(), torch.from_numpy(ids), torch.from_numpy(wt), None, h),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_kimi_module_compiles_without_graph_breaks_on_cpu(rng, kimi_file):
+    m = mxmoe.KimiK3Experts(str(kimi_file), device="cpu")
+    x = torch.from_numpy(random_x(rng, 6, m.hidden_size)).bfloat16()
+    logits = torch.from_numpy(rng.standard_normal((6, m.num_experts)).astype(np.float32))
+    eager = m(x, logits)
+    compiled = torch.compile(m, fullgraph=True, backend="aot_eager")(x, logits)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    ids, wt = m.route(logits)
+    ref = reference(m.config, m.moe.weights, x.float().numpy(), ids.numpy(), wt.numpy())
+    assert_close(eager.float().numpy(), ref, 5e-3)
+
+
+# ------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["situ", "swiglu", "silu"])
+@pytest.mark.parametrize("tokens", [1, 2, 8, 32, 128])
+def test_gpu_layer_matches_reference(rng, activation, tokens):
+    cuda_or_skip()
+    cfg = small_config(activation=activation)
+    w = mxmoe.make_synthetic_weights(cfg, SEED)
+    L = mxmoe.Layer(cfg, w, device="cuda", max_tokens=128)
+    x, ids, wt = _inputs(rng, cfg, tokens, minus_one=0.1)
+    xt = torch.from_numpy(x).to("cuda", torch.bfloat16)
+    y = L.forward(xt, torch.from_numpy(ids).cuda(), torch.from_numpy(wt).cuda())
+    assert y.is_cuda and y.dtype == torch.bfloat16
+    assert_close(y.float().cpu().numpy(), reference(cfg, w, xt.float().cpu().numpy(), ids, wt), 5e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_out_and_workspace_are_used_in_place(rng):
+    cuda_or_skip()
+    cfg = small_config(output_format="fp32")
+    w = mxmoe.make_synthetic_weights(cfg, SEED)
+    L = mxmoe.Layer(cfg, w, device="cuda", max_tokens=16)
+    ws = mxmoe.make_workspace(L, 16)
+    x, ids, wt = _inputs(rng, cfg, 16)
+    out = torch.full((16, cfg.hidden), float("nan"), device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        ret = L.forward(torch.from_numpy(x).cuda().bfloat16(), torch.from_numpy(ids).cuda(), torch.from_numpy(wt).cuda(),
+                        out=out, workspace=ws)
+    s.synchronize()
+    assert ret is out and torch.isfinite(out).all()
+
+
+@pytest.mark.gpu
+def test_gpu_bad_input_names_argument_and_writes_nothing(rng):
+    cuda_or_skip()
+    cfg = small_config()
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED), device="cuda", max_tokens=8)
+    x, ids, wt = _inputs(rng, cfg, 4)
+    xt = torch.from_numpy(x).cuda().bfloat16()
+    idt, wtt = torch.from_numpy(ids).cuda(), torch.from_numpy(wt).cuda()
+    out = torch.full((4, cfg.hidden), 3.0, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="^topk_ids"):
+        L.forward(xt, torch.full_like(idt, cfg.num_experts), wtt, out=out)
+        torch.cuda.synchronize()
+    with pytest.raises(ValueError, match="^x: "):
+        L.forward(xt[:, :128].contiguous(), idt, wtt, out=out)
+    with pytest.raises(ValueError, match="^out: "):
+        L.forward(xt, idt, wtt, out=out[:2])
+    with pytest.raises(ValueError, match="^workspace: "):
+        L.forward(xt, idt, wtt, out=out, workspace=torch.empty(1, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ValueError, match="^x: "):
+        L.forward(xt.cpu(), idt, wtt)
+    torch.cuda.synchronize()
+    assert (out == 3.0).all()
+
+
+@pytest.mark.gpu
+def test_gpu_graph_capture_and_two_replays_equal_eager(rng, kimi_file):
+    cuda_or_skip()
+    m = mxmoe.KimiK3Experts(str(kimi_file), device="cuda", max_tokens=32)
+    x = torch.from_numpy(random_x(rng, 32, m.hidden_size)).cuda().bfloat16()
+    logits = torch.from_numpy(rng.standard_normal((32, m.num_experts)).astype(np.float32)).cuda()
+    eager = m(x, logits).clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        m(x, logits)  # warm-up off the default stream, as torch recommends before capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = m(x, logits)
+    for _ in range(2):
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager)
+    ids, wt = m.route(logits.cpu())
+    ref = reference(m.config, m.moe.weights, x.float().cpu().numpy(), ids.numpy(), wt.numpy())
+    assert_close(eager.float().cpu().numpy(), ref, 5e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_torch_compile_of_kimi_module(rng, kimi_file):
+    cuda_or_skip()
+    m = mxmoe.KimiK3Experts(str(kimi_file), device="cuda", max_tokens=64)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = m
+
+        def forward(self, x, logits):
+            return self.experts(x * 1.0, logits) + 0.0
+
+    x = torch.from_numpy(random_x(rng, 64, m.hidden_size)).cuda().bfloat16()
+    logits = torch.from_numpy(rng.standard_normal((64, m.num_experts)).astype(np.float32)).cuda()
+    eager = Block()(x, logits)
+    compiled = torch.compile(Block(), fullgraph=True)
+    torch.testing.assert_close(compiled(x, logits), eager, rtol=0, atol=0)
+    cg = torch.compile(Block(), fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):
+        got = cg(x, logits)
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_gpu_adapter_runs_on_cuda_tensors(rng):
+    cuda_or_skip()
+    from mxmoe.sglang import MxMoeRunner, runner_config_to_moe_config
+
+    rc = dict(num_experts=8, hidden_size=256, intermediate_size_per_partition=128, top_k=3, activation="situ",
+              gemm1_alpha=4.0, gemm1_clamp_limit=25.0)
+    cfg = runner_config_to_moe_config(rc)
+    w = mxmoe.make_synthetic_weights(cfg, SEED)
+    r = MxMoeRunner(rc, w, device="cuda", max_tokens=8)
+    x, ids, wt = _inputs(rng, cfg, 8, minus_one=0.2)
+    xt = torch.from_numpy(x).cuda().bfloat16()
+    y = r(xt, (torch.from_numpy(wt).cuda(), torch.from_numpy(ids).cuda()))
+    assert_close(y.float().cpu().numpy(), reference(cfg, w, xt.float().cpu().numpy(), ids, wt), 5e-3)

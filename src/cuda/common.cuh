@@ -1,0 +1,33 @@
+// common.cuh — error checking for every CUDA call and launch, shared by src/cuda/*.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "mxmoe/error.h"
+
+namespace mxmoe::cuda_detail {
+
+[[noreturn]] inline void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  throw CudaError(detail::cat(call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+                              ") at ", file, ":", line));
+}
+
+}  // namespace mxmoe::cuda_detail
+
+/// Throw mxmoe::CudaError (call, error string, file:line) unless the call succeeded.
+#define MXMOE_CUDA_CHECK(call)                                                        \
+  do {                                                                                \
+    const cudaError_t mxmoe_err_ = (call);                                            \
+    if (mxmoe_err_ != cudaSuccess)                                                    \
+      ::mxmoe::cuda_detail::throw_cuda(mxmoe_err_, #call, __FILE__, __LINE__);        \
+  } while (0)
+
+/// After every kernel launch: a bad configuration is reported at the launch that caused
+/// it. Never a device synchronize (forward stays asynchronous and graph-capturable).
+#define MXMOE_LAUNCH_CHECK(kernel_name)                                               \
+  do {                                                                                \
+    const cudaError_t mxmoe_err_ = cudaGetLastError();                                \
+    if (mxmoe_err_ != cudaSuccess)                                                    \
+      ::mxmoe::cuda_detail::throw_cuda(mxmoe_err_, "launch of " kernel_name, __FILE__, \
+                                       __LINE__);                                     \
+  } while (0)

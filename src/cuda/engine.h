@@ -1,0 +1,163 @@
+// engine.h — the CUDA engine's internals shared by the stage files, the layer and the
+// GPU tests: the tiled weight layout, the one workspace layout, and one launcher per
+// stage. Launchers enqueue on the given stream, check the launch, and never sync.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "mxmoe/moe.h"
+#include "mxmoe/routing.h"
+
+namespace mxmoe::cuda_detail {
+
+// ---------------------------------------------------------------- tiled MXFP4 weights
+//
+// Each warp owns 64 weight rows (4 MMA m16 tiles) and streams them along K in chunks of
+// 64 (two MX blocks). Inside one MX block the K order of the MMA is permuted (the same
+// way for both operands, so the dot product is unchanged): lane (g = lane/4, t = lane%4)
+// takes the 8 consecutive elements [8t, 8t+8) of the block, i.e. the packed bytes
+// [4t, 4t+4) of its rows g and g+8, and 16 contiguous activation bytes (bf16) or 8
+// (e4m3) of its token. So one 16-byte load per lane per (m16 tile, 64-K chunk) feeds 4
+// MMAs and every warp load is 512 contiguous bytes:
+//
+//   packed u32 [E][RG][KC][mt 4][lane 32][4] = { w(g, blk 2kc), w(g+8, 2kc),
+//                                              w(g, 2kc+1), w(g+8, 2kc+1) }
+//   scale  u32 [E][RG][KC][mt 4][g 8]        = bytes { s(g,2kc), s(g+8,2kc),
+//                                                      s(g,2kc+1), s(g+8,2kc+1) }
+// (row r = 64*rg + 16*mt + g; w(r, b) = packed bytes [16b + 4t, 16b + 4t + 4) of row r.)
+// Rows are padded to a multiple of 64 and K to a multiple of 64 with code 0 and scale
+// byte 127 (1.0): padding contributes exact zeros and never NaN; the kernels also skip
+// MX blocks past K, so activation padding is never read.
+inline constexpr int kRowsPerWarp = 64;
+inline constexpr int kKChunk = 64;
+inline constexpr int kWarps = 4;  // warps per GEMM block, one 64-row group each
+
+struct TiledDims {
+  int64_t rows = 0, cols = 0, rg = 0, kc = 0;
+  int64_t u32_per_expert() const { return rg * kc * 4 * 32 * 4; }
+  int64_t scale_u32_per_expert() const { return rg * kc * 4 * 8; }
+};
+TiledDims tiled_dims(int64_t rows, int64_t cols);
+/// Row-major MXFP4 [experts][rows][cols/2] + [experts][rows][cols/32] -> tiled layout.
+void tile_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                int64_t cols, std::vector<uint32_t>& tiled_packed,
+                std::vector<uint32_t>& tiled_scale);
+
+struct MatView {
+  const uint4* packed = nullptr;    // [E][RG][KC][4][32] uint4
+  const uint32_t* scale = nullptr;  // [E][RG][KC][4][8]
+  int rows = 0, cols = 0, rg = 0, kc = 0;
+};
+
+// ---------------------------------------------------------------- workspace
+/// Where each buffer of one forward lives inside the caller's workspace. Sized and
+/// carved by this one function from (config, tokens), so workspace_size() and
+/// forward() cannot drift. Offsets are 256-byte aligned.
+struct WorkspaceLayout {
+  size_t error = 0;        // u32 error flags (bit 0: expert id out of range)
+  size_t ids = 0;          // i32 [M][k] topk ids (GPU routing only)
+  size_t weights = 0;      // f32 [M][k] topk weights (GPU routing only)
+  size_t counts = 0;       // i32 [E_local] rows per local expert
+  size_t offsets = 0;      // i32 [E_local+1] exclusive scan of counts
+  size_t row_map = 0;      // i32 [M*k] routed row -> pair index (token*k + slot)
+  size_t pair_row = 0;     // i32 [M*k] pair -> routed row or -1
+  size_t xq = 0;           // u8 [M][K] e4m3 codes (BF16 x into an MXFP8 layer)
+  size_t xq_scale = 0;     // u8 [M][K/32]
+  size_t inter = 0;        // [M*k][N] e4m3 codes or bf16
+  size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
+  size_t y = 0;            // f32 [M*k][K] GEMM2 result per routed row
+  size_t total = 0;
+  static WorkspaceLayout make(const MoeConfig& cfg, int64_t tokens);
+};
+inline constexpr uint32_t kErrorIdOutOfRange = 1u;
+
+// ---------------------------------------------------------------- stages
+struct RouteParams {
+  const float* logits = nullptr;  // [M][E]
+  const float* bias = nullptr;    // [E] or null
+  int64_t tokens = 0, num_experts = 0;
+  RoutingParams params;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+};
+/// Largest E the register-resident routing kernel holds (32 experts per lane).
+inline constexpr int64_t kMaxRouteExperts = 1024;
+inline constexpr int64_t kMaxRouteTopK = 32;
+void launch_route(const RouteParams& p, cudaStream_t stream);
+
+void launch_quantize_x(const uint16_t* x, int64_t tokens, int64_t hidden, ScaleRule rule,
+                       uint8_t* codes, uint8_t* scales, cudaStream_t stream);
+
+struct PermuteParams {
+  const int32_t* ids = nullptr;         // [M][k] global ids
+  const int32_t* expert_map = nullptr;  // [E_global] -> local or -1
+  int64_t tokens = 0, top_k = 0, num_experts = 0;
+  int num_local = 0;
+  int32_t* counts = nullptr;
+  int32_t* offsets = nullptr;
+  int32_t* row_map = nullptr;
+  int32_t* pair_row = nullptr;
+  uint32_t* error = nullptr;
+};
+void launch_permute(const PermuteParams& p, cudaStream_t stream);
+
+struct Gemm1Params {
+  MatView w13;                       // rows 2N (kernel layout), cols K
+  const float* bias = nullptr;       // [E_local][2N] or null
+  int activation = 0;                // mxmoe::Activation
+  const float* alpha = nullptr;      // [E_local] each
+  const float* beta = nullptr;
+  const float* limit = nullptr;
+  const void* x = nullptr;           // [M][K] bf16 or e4m3
+  const uint8_t* x_scale = nullptr;  // [M][K/32] when e4m3
+  bool x_fp8 = false;
+  const int32_t* counts = nullptr;
+  const int32_t* offsets = nullptr;
+  const int32_t* row_map = nullptr;
+  int64_t tokens = 0, top_k = 0, hidden = 0, intermediate = 0;
+  int num_local = 0;
+  void* inter = nullptr;             // [M*k][N] e4m3 or bf16
+  uint8_t* inter_scale = nullptr;
+  bool inter_fp8 = false;
+  ScaleRule rule = ScaleRule::RoundUp;
+};
+void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
+
+struct Gemm2Params {
+  MatView w2;                        // rows K, cols N
+  const float* bias = nullptr;       // [E_local][K] or null
+  const void* inter = nullptr;
+  const uint8_t* inter_scale = nullptr;
+  bool inter_fp8 = false;
+  const int32_t* counts = nullptr;
+  const int32_t* offsets = nullptr;
+  int64_t tokens = 0, top_k = 0, hidden = 0, intermediate = 0;
+  int num_local = 0;
+  float* y = nullptr;                // [M*k][K]
+};
+void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
+
+struct FinalizeParams {
+  const float* y = nullptr;
+  const int32_t* pair_row = nullptr;
+  const float* weights = nullptr;  // [M][k]
+  int64_t tokens = 0, top_k = 0, hidden = 0;
+  float output_scale = 1.0f;
+  void* out = nullptr;
+  bool out_fp32 = false;
+};
+void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
+
+/// Token tile (8 * NT tokens per warp) the GEMMs use for `tokens` tokens: 8 for decode
+/// (the MMA's N dimension holds the few tokens: "swap AB"), 32 otherwise.
+int gemm_token_tile(int64_t tokens);
+
+/// cudaSuccess when this binary holds kernels the current device can run (else e.g.
+/// cudaErrorNoKernelImageForDevice).
+cudaError_t probe_kernel_image();
+
+}  // namespace mxmoe::cuda_detail

@@ -1,0 +1,162 @@
+// gemm1_act.cu — GEMM1 (gathered x rows x W13^T, MXFP4 weights) with the gated
+// activation and the intermediate quantization fused into the epilogue.
+//
+// Work split: block = 4 warps, warp = one 64-row group of the kernel-layout W13 (32 gate
+// rows + the 32 up rows of the same intermediate columns, layout.h), so after the
+// mainloop a lane holds gate and up of the same (column, token) in the same register
+// slot of m16 tiles {0,1} and {2,3}. Grid = (row groups / 4, local experts, token-tile
+// splits); the per-expert row counts are read from device memory (no host sync): a
+// block whose expert has no rows exits at once, and token tiles are strided over z.
+//
+//   kernel rows of one warp:   mt0: gate 0..15  mt1: gate 16..31
+//                              mt2: up   0..15  mt3: up   16..31
+//   lane (g, t) holds rows g, g+8 of each mt and tokens 2t, 2t+1 of each 8-token tile:
+//   intermediate columns 16i + 8h + g (i in mt{0,1}, h in {0,1}) for 2 tokens.
+// The MXFP8 block of 32 columns of one token is spread over the 8 lanes with the same t:
+// amax by 3 xor-shuffles, then the formats.h scale rule and E4M3 rounding.
+#include <algorithm>
+
+#include "common.cuh"
+#include "engine.h"
+#include "mx_mma.cuh"
+#include "mxmoe/activation_math.h"
+
+namespace mxmoe::cuda_detail {
+
+namespace {
+
+template <int NT, bool kFp8X, bool kFp8Inter>
+__global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Params p) {
+  constexpr int BT = 8 * NT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int e = blockIdx.y;
+  const int rg = blockIdx.x * kWarps + warp;
+  if (rg >= p.w13.rg) return;  // no block-level barriers below
+  const int count = p.counts[e];
+  if (count == 0) return;
+  const int off = p.offsets[e];
+  const int64_t K = p.hidden, N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rg) * p.w13.kc * 4 * 32;
+  const uint32_t* ws = p.w13.scale + (static_cast<size_t>(e) * p.w13.rg + rg) * p.w13.kc * 4 * 8;
+  const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
+
+  for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
+    const void* brow[NT];
+    const uint8_t* bsc[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = tile * BT + nt * 8 + g;
+      brow[nt] = nullptr;
+      bsc[nt] = nullptr;
+      if (r < count) {
+        const int64_t tok = p.row_map[off + r] / p.top_k;
+        if constexpr (kFp8X) {
+          brow[nt] = static_cast<const uint8_t*>(p.x) + tok * K;
+          bsc[nt] = p.x_scale + tok * (K / kMxBlock);
+        } else {
+          brow[nt] = static_cast<const uint16_t*>(p.x) + tok * K;
+        }
+      }
+    }
+    float acc[4][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+    float adj[NT], back[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) adj[nt] = back[nt][0] = back[nt][1] = 1.0f;
+    if constexpr (kFp8X) b_row_range<NT>(bsc, static_cast<int>(K / kMxBlock), adj, back);
+    warp_mma_mx<NT, kFp8X>(acc, wp, ws, p.w13.kc, static_cast<int>(K / kMxBlock), brow, bsc, adj);
+
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int r = tile * BT + nt * 8 + 2 * t + c;
+        const bool valid = r < count;
+        const int64_t grow = off + r;
+        float v[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int lr = 16 * i + 8 * h + g;  // column within the group of 32
+            float gate = acc[i][nt][2 * h + c] * back[nt][c];
+            float up = acc[i + 2][nt][2 * h + c] * back[nt][c];
+            if (bias) {
+              gate = gate + bias[lr];
+              up = up + bias[32 + lr];
+            }
+            v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+          }
+        if constexpr (kFp8Inter) {
+          // amax ignores NaN (fmaxf returns the number), as fmt::block_amax does.
+          float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])),
+                             fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+          const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+          const float inv = fmt::mx_inv_scale(sb);
+          if (valid) {
+            uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                codes[16 * i + 8 * h + g] = fmt::float_to_e4m3(v[i][h] * inv);
+            if (g == 0) p.inter_scale[grow * kbN + rg] = sb;
+          }
+        } else {
+          if (valid) {
+            uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) o[16 * i + 8 * h + g] = fmt::float_to_bf16(v[i][h]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int NT, bool kFp8X, bool kFp8Inter>
+void launch_t(const Gemm1Params& p, cudaStream_t stream) {
+  constexpr int BT = 8 * NT;
+  const int64_t tiles = (p.tokens + BT - 1) / BT;  // rows per expert are <= M unless a
+                                                   // token repeats an expert; then the z
+                                                   // loop takes the extra tiles
+  const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(p.num_local),
+                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+  gemm1_act_kernel<NT, kFp8X, kFp8Inter><<<grid, kWarps * 32, 0, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm1_act_kernel");
+}
+
+}  // namespace
+
+int gemm_token_tile(int64_t tokens) { return tokens <= 8 ? 8 : 32; }
+
+void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
+  const bool small = gemm_token_tile(p.tokens) == 8;
+  const int sel = (small ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
+  switch (sel) {
+    case 0: return launch_t<4, false, false>(p, stream);
+    case 1: return launch_t<4, false, true>(p, stream);
+    case 2: return launch_t<4, true, false>(p, stream);
+    case 3: return launch_t<4, true, true>(p, stream);
+    case 4: return launch_t<1, false, false>(p, stream);
+    case 5: return launch_t<1, false, true>(p, stream);
+    case 6: return launch_t<1, true, false>(p, stream);
+    default: return launch_t<1, true, true>(p, stream);
+  }
+}
+
+}  // namespace mxmoe::cuda_detail

@@ -1,0 +1,108 @@
+// gemm2.cu — GEMM2: intermediate rows (MXFP8 or BF16) x W2^T (MXFP4) + bias, one fp32
+// row of K values per routed row (the finalize kernel sums them in slot order).
+// Same warp mainloop and work split as GEMM1 (gemm1_act.cu): warp = 64 output columns
+// (rows of W2), token tiles strided over grid z, per-expert counts read on the device.
+#include <algorithm>
+
+#include "common.cuh"
+#include "engine.h"
+#include "mx_mma.cuh"
+
+namespace mxmoe::cuda_detail {
+
+namespace {
+
+template <int NT, bool kFp8>
+__global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p) {
+  constexpr int BT = 8 * NT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int e = blockIdx.y;
+  const int rg = blockIdx.x * kWarps + warp;
+  if (rg >= p.w2.rg) return;
+  const int count = p.counts[e];
+  if (count == 0) return;
+  const int off = p.offsets[e];
+  const int64_t K = p.hidden, N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const uint4* wp = p.w2.packed + (static_cast<size_t>(e) * p.w2.rg + rg) * p.w2.kc * 4 * 32;
+  const uint32_t* ws = p.w2.scale + (static_cast<size_t>(e) * p.w2.rg + rg) * p.w2.kc * 4 * 8;
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
+
+  for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
+    const void* brow[NT];
+    const uint8_t* bsc[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int r = tile * BT + nt * 8 + g;
+      brow[nt] = nullptr;
+      bsc[nt] = nullptr;
+      if (r < count) {
+        const int64_t row = off + r;
+        if constexpr (kFp8) {
+          brow[nt] = static_cast<const uint8_t*>(p.inter) + row * N;
+          bsc[nt] = p.inter_scale + row * kbN;
+        } else {
+          brow[nt] = static_cast<const uint16_t*>(p.inter) + row * N;
+        }
+      }
+    }
+    float acc[4][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+    float adj[NT], back[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) adj[nt] = back[nt][0] = back[nt][1] = 1.0f;
+    if constexpr (kFp8) b_row_range<NT>(bsc, kbN, adj, back);
+    warp_mma_mx<NT, kFp8>(acc, wp, ws, p.w2.kc, kbN, brow, bsc, adj);
+
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int r = tile * BT + nt * 8 + 2 * t + c;
+        if (r >= count) continue;
+        float* yr = p.y + (off + r) * K;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t col = 64 * rg + 16 * mt + 8 * h + g;
+            if (col >= K) continue;
+            float v = acc[mt][nt][2 * h + c] * back[nt][c];
+            if (bias) v = v + bias[col];
+            yr[col] = v;
+          }
+      }
+  }
+}
+
+template <int NT, bool kFp8>
+void launch_t(const Gemm2Params& p, cudaStream_t stream) {
+  constexpr int BT = 8 * NT;
+  const int64_t tiles = (p.tokens + BT - 1) / BT;
+  const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(p.num_local),
+                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+  gemm2_kernel<NT, kFp8><<<grid, kWarps * 32, 0, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm2_kernel");
+}
+
+}  // namespace
+
+void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
+  const bool small = gemm_token_tile(p.tokens) == 8;
+  const int sel = (small ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
+  switch (sel) {
+    case 0: return launch_t<4, false>(p, stream);
+    case 1: return launch_t<4, true>(p, stream);
+    case 2: return launch_t<1, false>(p, stream);
+    default: return launch_t<1, true>(p, stream);
+  }
+}
+
+}  // namespace mxmoe::cuda_detail

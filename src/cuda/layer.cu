@@ -1,0 +1,515 @@
+// layer.cu — CudaMoeLayer (cuda.h): device checks, weight tiling and upload, the shared
+// workspace layout, host-side argument validation, and the launch sequence
+//   [route] -> [quantize x] -> permute -> gemm1+act -> gemm2 -> finalize
+// all on the caller's stream: no allocation, no host synchronization, graph-capturable.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "common.cuh"
+#include "engine.h"
+#include "mxmoe/cuda.h"
+#include "mxmoe/error.h"
+
+namespace mxmoe {
+
+using namespace cuda_detail;
+
+// ---------------------------------------------------------------- device queries
+
+bool cuda_built() { return true; }
+
+int cuda_device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver / no GPU: not an error for this query
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+struct DeviceGuard {
+  int prev = -1;
+  explicit DeviceGuard(int dev) {
+    MXMOE_CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != dev) MXMOE_CUDA_CHECK(cudaSetDevice(dev));
+  }
+  ~DeviceGuard() {
+    int cur = -1;
+    if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
+  }
+};
+
+// Why device `dev` cannot run the engine ("" when it can). Assumes dev is current.
+std::string unsupported_reason(const cudaDeviceProp& prop) {
+  if (prop.major < 8)
+    return detail::cat("GPU '", prop.name, "' is sm_", prop.major, prop.minor,
+                       "; the engine needs sm_80 or newer (BF16 mma.sync); use backend cpu");
+  const cudaError_t e = probe_kernel_image();
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::cat("this build has no kernels for GPU '", prop.name, "' (sm_", prop.major,
+                       prop.minor, "): ", cudaGetErrorString(e),
+                       "; rebuild with -DMXMOE_CUDA_ARCHS including ", prop.major, prop.minor,
+                       " (sm_90a for Hopper, sm_120a for RTX Blackwell), or use backend cpu");
+  }
+  return "";
+}
+
+struct DevFree {
+  void operator()(void* p) const {
+    if (p) cudaFree(p);
+  }
+};
+using DevPtr = std::unique_ptr<void, DevFree>;
+
+template <typename T>
+DevPtr upload(const std::vector<T>& v) {
+  if (v.empty()) return DevPtr(nullptr);
+  void* p = nullptr;
+  MXMOE_CUDA_CHECK(cudaMalloc(&p, v.size() * sizeof(T)));
+  DevPtr d(p);
+  MXMOE_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+// Rejects pointers the driver knows are not usable on `dev` (plain host memory, another
+// GPU). An inconclusive query is not an error: the kernels would fault visibly.
+void check_device_pointer(const void* p, const char* argument, int dev) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  MXMOE_CHECK_ARG(a.type != cudaMemoryTypeUnregistered, argument, "pointer ", p,
+                  " is not device memory (pageable host memory?)");
+  if (a.type == cudaMemoryTypeHost)
+    MXMOE_CHECK_ARG(a.devicePointer != nullptr, argument, "pointer ", p,
+                    " is host memory not mapped into the device");
+  if (a.type == cudaMemoryTypeDevice)
+    MXMOE_CHECK_ARG(a.device == dev, argument, "pointer ", p, " lives on device ", a.device,
+                    " but the layer is on device ", dev);
+}
+
+}  // namespace
+
+std::vector<GpuInfo> cuda_devices() {
+  std::vector<GpuInfo> out;
+  const int n = cuda_device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    GpuInfo g;
+    g.index = i;
+    g.name = prop.name;
+    g.sm_major = prop.major;
+    g.sm_minor = prop.minor;
+    g.sm_count = prop.multiProcessorCount;
+    g.memory_bytes = prop.totalGlobalMem;
+    try {
+      DeviceGuard guard(i);
+      g.note = unsupported_reason(prop);
+    } catch (const Error& e) {
+      g.note = e.what();
+    }
+    g.supported = g.note.empty();
+    if (g.supported)
+      g.note = "activations situ/swiglu/silu; input bf16/mxfp8; intermediate bf16/mxfp8; "
+               "output bf16/fp32; backend exact (BF16 mma.sync, fp32 accumulation)";
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- tiled weights
+
+namespace cuda_detail {
+
+TiledDims tiled_dims(int64_t rows, int64_t cols) {
+  TiledDims d;
+  d.rows = rows;
+  d.cols = cols;
+  d.rg = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
+  d.kc = (cols + kKChunk - 1) / kKChunk;
+  return d;
+}
+
+void tile_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                int64_t cols, std::vector<uint32_t>& tp, std::vector<uint32_t>& ts) {
+  const TiledDims d = tiled_dims(rows, cols);
+  const int64_t kb_real = cols / kMxBlock;
+  const int64_t row_bytes = cols / 2;
+  tp.assign(static_cast<size_t>(experts * d.u32_per_expert()), 0u);
+  ts.assign(static_cast<size_t>(experts * d.scale_u32_per_expert()), 0x7F7F7F7Fu);  // 1.0
+  auto word = [&](int64_t e, int64_t r, int64_t kb, int t) -> uint32_t {
+    if (r >= rows || kb >= kb_real) return 0u;
+    uint32_t w;
+    std::memcpy(&w, packed + (e * rows + r) * row_bytes + kb * 16 + 4 * t, 4);
+    return w;
+  };
+  auto sbyte = [&](int64_t e, int64_t r, int64_t kb) -> uint32_t {
+    if (r >= rows || kb >= kb_real) return 0x7Fu;
+    return scale[(e * rows + r) * kb_real + kb];
+  };
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t rg = 0; rg < d.rg; ++rg)
+      for (int64_t kc = 0; kc < d.kc; ++kc)
+        for (int mt = 0; mt < 4; ++mt) {
+          const int64_t tile = ((e * d.rg + rg) * d.kc + kc) * 4 + mt;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, t = lane & 3;
+            const int64_t r0 = 64 * rg + 16 * mt + g, r1 = r0 + 8;
+            uint32_t* o = tp.data() + (tile * 32 + lane) * 4;
+            o[0] = word(e, r0, 2 * kc, t);
+            o[1] = word(e, r1, 2 * kc, t);
+            o[2] = word(e, r0, 2 * kc + 1, t);
+            o[3] = word(e, r1, 2 * kc + 1, t);
+          }
+          for (int g = 0; g < 8; ++g) {
+            const int64_t r0 = 64 * rg + 16 * mt + g, r1 = r0 + 8;
+            ts[static_cast<size_t>(tile * 8 + g)] =
+                sbyte(e, r0, 2 * kc) | (sbyte(e, r1, 2 * kc) << 8) |
+                (sbyte(e, r0, 2 * kc + 1) << 16) | (sbyte(e, r1, 2 * kc + 1) << 24);
+          }
+        }
+}
+
+WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
+  const size_t M = static_cast<size_t>(tokens), k = static_cast<size_t>(cfg.top_k);
+  const size_t K = static_cast<size_t>(cfg.hidden), N = static_cast<size_t>(cfg.intermediate);
+  const size_t el = static_cast<size_t>(cfg.local_experts());
+  const size_t pairs = M * k;
+  const bool fp8_in = cfg.input_format == InputFormat::MXFP8;
+  const bool fp8_mid = cfg.intermediate_format == IntermediateFormat::MXFP8;
+  WorkspaceLayout l;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    off = align256(off);
+    const size_t at = off;
+    off += bytes;
+    return at;
+  };
+  l.error = take(sizeof(uint32_t));
+  l.ids = take(pairs * 4);
+  l.weights = take(pairs * 4);
+  l.counts = take(el * 4);
+  l.offsets = take((el + 1) * 4);
+  l.row_map = take(pairs * 4);
+  l.pair_row = take(pairs * 4);
+  l.xq = take(fp8_in ? M * K : 0);
+  l.xq_scale = take(fp8_in ? M * K / kMxBlock : 0);
+  l.inter = take(pairs * N * (fp8_mid ? 1 : 2));
+  l.inter_scale = take(fp8_mid ? pairs * N / kMxBlock : 0);
+  l.y = take(pairs * K * 4);
+  l.total = align256(off);
+  return l;
+}
+
+}  // namespace cuda_detail
+
+// ---------------------------------------------------------------- the layer
+
+struct CudaMoeLayer::Impl {
+  MoeConfig cfg;
+  int device = 0;
+  int64_t num_local = 0;
+  bool has_routing = false;
+  RoutingParams routing;
+  TiledDims d13, d2;
+  DevPtr w13p, w13s, w2p, w2s, b13, b2, alpha, beta, limit, expert_map, router_bias;
+};
+
+CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
+                           const RoutingParams* routing, const std::vector<float>* router_bias,
+                           int device)
+    : impl_(std::make_unique<Impl>()) {
+  cfg.validate();
+  weights.validate(cfg);
+  Impl& s = *impl_;
+  s.cfg = cfg;
+  s.num_local = cfg.local_experts();
+  const int64_t E = cfg.num_experts;
+
+  if (routing) {
+    routing->validate(E);
+    MXMOE_CHECK_ARG(routing->top_k == cfg.top_k, "routing.top_k", routing->top_k,
+                    " does not match config.top_k ", cfg.top_k);
+    if (E > kMaxRouteExperts)
+      throw Unsupported(detail::cat("GPU routing: num_experts ", E, " exceeds the kernel's ",
+                                    kMaxRouteExperts, "; route on the host (route_cpu) and pass "
+                                    "topk_ids/topk_weights"));
+    if (routing->top_k > kMaxRouteTopK)
+      throw Unsupported(detail::cat("GPU routing: top_k ", routing->top_k, " exceeds ",
+                                    kMaxRouteTopK, "; pass topk_ids/topk_weights instead"));
+    if (routing->n_group > 32)
+      throw Unsupported(detail::cat("GPU routing: n_group ", routing->n_group,
+                                    " exceeds 32; pass topk_ids/topk_weights instead"));
+    s.has_routing = true;
+    s.routing = *routing;
+  }
+  if (router_bias) {
+    MXMOE_CHECK_ARG(routing != nullptr, "router_bias", "given without routing params");
+    MXMOE_CHECK_ARG(routing->kind == RouterKind::Sigmoid, "router_bias",
+                    "a correction bias applies to the sigmoid router only");
+    MXMOE_CHECK_ARG(static_cast<int64_t>(router_bias->size()) == E, "router_bias", "has ",
+                    router_bias->size(), " values, expected num_experts = ", E);
+    for (size_t i = 0; i < router_bias->size(); ++i)
+      MXMOE_CHECK_ARG(std::isfinite((*router_bias)[i]), "router_bias", "value ",
+                      (*router_bias)[i], " at [", i, "] is not finite");
+  }
+  // Row indices of the permuted problem are int32 on the device.
+  MXMOE_CHECK_ARG(cfg.hidden <= (1 << 24) && cfg.intermediate <= (1 << 24), "config.hidden",
+                  "hidden ", cfg.hidden, " / intermediate ", cfg.intermediate,
+                  " exceed the engine's 2^24 limit");
+
+  const int count = cuda_device_count();
+  if (count == 0)
+    throw Unsupported("backend cuda: no CUDA GPU is visible (no driver or no device); use "
+                      "backend cpu");
+  int dev = device;
+  if (dev < 0) MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  MXMOE_CHECK_ARG(dev >= 0 && dev < count, "device", dev, " is out of range [0, ", count, ")");
+  s.device = dev;
+  DeviceGuard guard(dev);
+  cudaDeviceProp prop{};
+  MXMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  const std::string why = unsupported_reason(prop);
+  if (!why.empty()) throw Unsupported("backend cuda: " + why);
+
+  const int64_t K = cfg.hidden, N = cfg.intermediate;
+  s.d13 = tiled_dims(2 * N, K);
+  s.d2 = tiled_dims(K, N);
+  {
+    std::vector<uint32_t> tp, ts;
+    tile_mxfp4(weights.w13_packed.data(), weights.w13_scale.data(), s.num_local, 2 * N, K, tp, ts);
+    s.w13p = upload(tp);
+    s.w13s = upload(ts);
+    tile_mxfp4(weights.w2_packed.data(), weights.w2_scale.data(), s.num_local, K, N, tp, ts);
+    s.w2p = upload(tp);
+    s.w2s = upload(ts);
+  }
+  if (cfg.has_bias) {
+    s.b13 = upload(weights.w13_bias);
+    s.b2 = upload(weights.w2_bias);
+  }
+  std::vector<float> a(static_cast<size_t>(s.num_local)), b(a.size()), l(a.size());
+  for (int64_t e = 0; e < s.num_local; ++e) {
+    const ActivationParams& ap = cfg.activation;
+    a[e] = ap.alpha.empty() ? 0.0f : ap.alpha_of(e);
+    b[e] = ap.beta.empty() ? 0.0f : ap.beta_of(e);
+    l[e] = ap.limit.empty() ? 0.0f : ap.limit_of(e);
+  }
+  s.alpha = upload(a);
+  s.beta = upload(b);
+  s.limit = upload(l);
+  std::vector<int32_t> map(static_cast<size_t>(E));
+  for (int64_t g = 0; g < E; ++g) map[g] = cfg.local_of(static_cast<int32_t>(g));
+  s.expert_map = upload(map);
+  if (router_bias) s.router_bias = upload(*router_bias);
+}
+
+CudaMoeLayer::~CudaMoeLayer() {
+  if (impl_) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != impl_->device) {
+      cudaSetDevice(impl_->device);
+      impl_.reset();
+      cudaSetDevice(cur);
+    }
+  }
+}
+
+const MoeConfig& CudaMoeLayer::config() const { return impl_->cfg; }
+
+size_t CudaMoeLayer::workspace_size(int64_t max_tokens) const {
+  MXMOE_CHECK_ARG(max_tokens >= 1, "max_tokens", "must be >= 1, got ", max_tokens);
+  MXMOE_CHECK_ARG(max_tokens * impl_->cfg.top_k <= std::numeric_limits<int32_t>::max(),
+                  "max_tokens", max_tokens, " x top_k ", impl_->cfg.top_k,
+                  " routed rows exceed the int32 row index");
+  return WorkspaceLayout::make(impl_->cfg, max_tokens).total;
+}
+
+void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes,
+                           void* stream) const {
+  const Impl& s = *impl_;
+  const MoeConfig& cfg = s.cfg;
+  const int64_t M = args.tokens, k = cfg.top_k, K = cfg.hidden, N = cfg.intermediate;
+
+  // ---- every check before the first launch (SPEC §9): nothing is written on error
+  MXMOE_CHECK_ARG(M >= 1, "args.tokens", "must be >= 1, got ", M);
+  MXMOE_CHECK_ARG(M * k <= std::numeric_limits<int32_t>::max(), "args.tokens", M, " x top_k ",
+                  k, " routed rows exceed the int32 row index");
+  MXMOE_CHECK_ARG(args.x_format == InputFormat::BF16 || args.x_format == InputFormat::MXFP8,
+                  "args.x_format", "invalid value ", static_cast<int>(args.x_format));
+  MXMOE_CHECK_ARG(!(cfg.input_format == InputFormat::BF16 && args.x_format == InputFormat::MXFP8),
+                  "args.x_format",
+                  "is mxfp8 but the layer consumes bf16 activations (config.input_format); "
+                  "pass bf16 x or build the layer with input_format mxfp8");
+  MXMOE_CHECK_ARG(args.x != nullptr, "args.x", "is null");
+  MXMOE_CHECK_ARG(aligned(args.x, 16), "args.x", "pointer ", args.x, " is not 16-byte aligned");
+  if (args.x_format == InputFormat::MXFP8) {
+    MXMOE_CHECK_ARG(args.x_scale != nullptr, "args.x_scale", "is null but x_format is mxfp8");
+  } else {
+    MXMOE_CHECK_ARG(args.x_scale == nullptr, "args.x_scale",
+                    "is given but x_format is bf16 (no scales)");
+  }
+  const bool have_ids = args.topk_ids != nullptr || args.topk_weights != nullptr;
+  const bool have_logits = args.router_logits != nullptr;
+  MXMOE_CHECK_ARG(have_ids != have_logits, "args.router_logits",
+                  have_logits ? "is given together with topk_ids/topk_weights"
+                              : "is null and so are topk_ids/topk_weights",
+                  ": give exactly one routing input");
+  if (have_ids) {
+    MXMOE_CHECK_ARG(args.topk_ids != nullptr, "args.topk_ids", "is null but topk_weights is given");
+    MXMOE_CHECK_ARG(args.topk_weights != nullptr, "args.topk_weights",
+                    "is null but topk_ids is given");
+    MXMOE_CHECK_ARG(aligned(args.topk_ids, 4), "args.topk_ids", "is not 4-byte aligned");
+    MXMOE_CHECK_ARG(aligned(args.topk_weights, 4), "args.topk_weights", "is not 4-byte aligned");
+  } else {
+    MXMOE_CHECK_ARG(s.has_routing, "args.router_logits",
+                    "given, but the layer was built without RoutingParams");
+    MXMOE_CHECK_ARG(aligned(args.router_logits, 4), "args.router_logits",
+                    "is not 4-byte aligned");
+  }
+  MXMOE_CHECK_ARG(args.out != nullptr, "args.out", "is null");
+  MXMOE_CHECK_ARG(aligned(args.out, cfg.output_format == OutputFormat::FP32 ? 4 : 2), "args.out",
+                  "pointer ", args.out, " is misaligned for ", to_string(cfg.output_format));
+  const WorkspaceLayout L = WorkspaceLayout::make(cfg, M);
+  MXMOE_CHECK_ARG(workspace_bytes >= L.total, "workspace_bytes", workspace_bytes,
+                  " is less than the ", L.total, " bytes needed for ", M,
+                  " tokens (workspace_size(max_tokens))");
+  MXMOE_CHECK_ARG(workspace != nullptr, "workspace", "is null");
+  MXMOE_CHECK_ARG(aligned(workspace, 256), "workspace", "pointer ", workspace,
+                  " is not 256-byte aligned");
+  int cur = -1;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&cur));
+  MXMOE_CHECK_ARG(cur == s.device, "stream", "the current device is ", cur,
+                  " but the layer lives on device ", s.device, "; cudaSetDevice(", s.device,
+                  ") before forward");
+  check_device_pointer(args.x, "args.x", s.device);
+  if (args.x_scale) check_device_pointer(args.x_scale, "args.x_scale", s.device);
+  if (have_ids) {
+    check_device_pointer(args.topk_ids, "args.topk_ids", s.device);
+    check_device_pointer(args.topk_weights, "args.topk_weights", s.device);
+  } else {
+    check_device_pointer(args.router_logits, "args.router_logits", s.device);
+  }
+  check_device_pointer(args.out, "args.out", s.device);
+  check_device_pointer(workspace, "workspace", s.device);
+
+  // ---- launches
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  char* ws = static_cast<char*>(workspace);
+  const int32_t* ids = args.topk_ids;
+  const float* wts = args.topk_weights;
+  if (have_logits) {
+    RouteParams rp;
+    rp.logits = args.router_logits;
+    rp.bias = static_cast<const float*>(s.router_bias.get());
+    rp.tokens = M;
+    rp.num_experts = cfg.num_experts;
+    rp.params = s.routing;
+    rp.ids = reinterpret_cast<int32_t*>(ws + L.ids);
+    rp.weights = reinterpret_cast<float*>(ws + L.weights);
+    launch_route(rp, st);
+    ids = rp.ids;
+    wts = rp.weights;
+  }
+  const void* x = args.x;
+  const uint8_t* xs = args.x_scale;
+  bool x_fp8 = args.x_format == InputFormat::MXFP8;
+  if (cfg.input_format == InputFormat::MXFP8 && !x_fp8) {
+    uint8_t* q = reinterpret_cast<uint8_t*>(ws + L.xq);
+    uint8_t* qs = reinterpret_cast<uint8_t*>(ws + L.xq_scale);
+    launch_quantize_x(static_cast<const uint16_t*>(args.x), M, K, cfg.scale_rule, q, qs, st);
+    x = q;
+    xs = qs;
+    x_fp8 = true;
+  }
+
+  PermuteParams pp;
+  pp.ids = ids;
+  pp.expert_map = static_cast<const int32_t*>(s.expert_map.get());
+  pp.tokens = M;
+  pp.top_k = k;
+  pp.num_experts = cfg.num_experts;
+  pp.num_local = static_cast<int>(s.num_local);
+  pp.counts = reinterpret_cast<int32_t*>(ws + L.counts);
+  pp.offsets = reinterpret_cast<int32_t*>(ws + L.offsets);
+  pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
+  pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
+  pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
+  launch_permute(pp, st);
+
+  const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
+  Gemm1Params g1;
+  g1.w13 = MatView{static_cast<const uint4*>(s.w13p.get()), static_cast<const uint32_t*>(s.w13s.get()),
+                   static_cast<int>(s.d13.rows), static_cast<int>(s.d13.cols),
+                   static_cast<int>(s.d13.rg), static_cast<int>(s.d13.kc)};
+  g1.bias = static_cast<const float*>(s.b13.get());
+  g1.activation = static_cast<int>(cfg.activation.kind);
+  g1.alpha = static_cast<const float*>(s.alpha.get());
+  g1.beta = static_cast<const float*>(s.beta.get());
+  g1.limit = static_cast<const float*>(s.limit.get());
+  g1.x = x;
+  g1.x_scale = xs;
+  g1.x_fp8 = x_fp8;
+  g1.counts = pp.counts;
+  g1.offsets = pp.offsets;
+  g1.row_map = pp.row_map;
+  g1.tokens = M;
+  g1.top_k = k;
+  g1.hidden = K;
+  g1.intermediate = N;
+  g1.num_local = pp.num_local;
+  g1.inter = ws + L.inter;
+  g1.inter_scale = reinterpret_cast<uint8_t*>(ws + L.inter_scale);
+  g1.inter_fp8 = mid_fp8;
+  g1.rule = cfg.scale_rule;
+  launch_gemm1(g1, st);
+
+  Gemm2Params g2;
+  g2.w2 = MatView{static_cast<const uint4*>(s.w2p.get()), static_cast<const uint32_t*>(s.w2s.get()),
+                  static_cast<int>(s.d2.rows), static_cast<int>(s.d2.cols),
+                  static_cast<int>(s.d2.rg), static_cast<int>(s.d2.kc)};
+  g2.bias = static_cast<const float*>(s.b2.get());
+  g2.inter = g1.inter;
+  g2.inter_scale = g1.inter_scale;
+  g2.inter_fp8 = mid_fp8;
+  g2.counts = pp.counts;
+  g2.offsets = pp.offsets;
+  g2.tokens = M;
+  g2.top_k = k;
+  g2.hidden = K;
+  g2.intermediate = N;
+  g2.num_local = pp.num_local;
+  g2.y = reinterpret_cast<float*>(ws + L.y);
+  launch_gemm2(g2, st);
+
+  FinalizeParams fp;
+  fp.y = g2.y;
+  fp.pair_row = pp.pair_row;
+  fp.weights = wts;
+  fp.tokens = M;
+  fp.top_k = k;
+  fp.hidden = K;
+  fp.output_scale = cfg.output_scale;
+  fp.out = args.out;
+  fp.out_fp32 = cfg.output_format == OutputFormat::FP32;
+  launch_finalize(fp, st);
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,33 @@
+// ptx.cuh — the only file with inline PTX. Every wrapper here is plain sm_80 PTX, so
+// the same code compiles for sm_80, sm_90a and sm_120a.
+#pragma once
+
+#include <cstdint>
+
+namespace mxmoe::cuda_detail {
+
+/// D = A*B + C with A 16x16 bf16 (row), B 16x8 bf16 (col), C/D 16x8 fp32.
+/// Fragment ownership (lane = 4*g + t):
+///   a0:(g, 2t..2t+1) a1:(g+8, 2t..) a2:(g, 2t+8..) a3:(g+8, 2t+8..)
+///   b0:(k 2t..2t+1, n g) b1:(k 2t+8.., n g)
+///   c0,c1:(g, 2t..2t+1) c2,c3:(g+8, 2t..2t+1)
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// 16-byte global load that bypasses L1 allocation: weights are streamed once per
+/// tile and would only evict the activations that every warp of the block re-reads.
+__device__ __forceinline__ uint4 ldg_stream_u4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+}  // namespace mxmoe::cuda_detail

@@ -1,0 +1,879 @@
+// GPU engine tests: each stage bit for bit against its CPU definition on inputs whose
+// arithmetic is exact (routing vs route_cpu, quantization vs formats.h, permutation
+// order, GEMM1+activation+requantization, GEMM2, finalize), then the whole layer
+// against the float64 reference, NaN/Inf handling, determinism, graph replay and
+// argument validation. Every test skips visibly without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/engine.h"
+#include "mxmoe/activation_math.h"
+#include "mxmoe/cuda.h"
+#include "mxmoe/error.h"
+#include "mxmoe/formats.h"
+#include "mxmoe/layout.h"
+#include "mxmoe/random.h"
+#include "mxmoe/reference.h"
+#include "mxmoe/routing.h"
+#include "mxmoe/suite.h"
+
+using namespace mxmoe;
+namespace cd = mxmoe::cuda_detail;
+
+namespace {
+
+bool gpu_usable(std::string* why) {
+  if (cuda_device_count() == 0) {
+    *why = "cuda_device_count() == 0 (no driver or no device)";
+    return false;
+  }
+  const auto d = cuda_devices();
+  if (d.empty() || !d[0].supported) {
+    *why = d.empty() ? "device 0 not queryable" : d[0].note;
+    return false;
+  }
+  return true;
+}
+#define REQUIRE_GPU()                                                \
+  do {                                                               \
+    std::string why_;                                                \
+    if (!gpu_usable(&why_)) GTEST_SKIP() << "no CUDA GPU visible: " << why_; \
+  } while (0)
+
+#define CK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    if (cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)) != cudaSuccess) p = nullptr;
+  }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { up(v); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  void up(const std::vector<T>& v) { cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  std::vector<T> down() const {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+uint32_t fbits(float f) { return fmt::float_bits(f); }
+
+// ---------------------------------------------------------------- shared math
+
+__global__ void math_kernel(const float* x, int n, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i], u = x[(i * 7 + 3) % n];
+  out[6 * i + 0] = am::exp_f32(v);
+  out[6 * i + 1] = am::sigmoid_f32(v);
+  out[6 * i + 2] = am::tanh_f32(v);
+  out[6 * i + 3] = am::situ_f32(v, u, 4.0f, 25.0f);
+  out[6 * i + 4] = am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f);
+  out[6 * i + 5] = am::silu_gated_f32(v, u);
+}
+
+TEST(SharedMath, ExpSigmoidTanhActivationsBitExactHostVsDevice) {
+  REQUIRE_GPU();
+  Rng rng(11);
+  std::vector<float> x;
+  for (int i = 0; i < 200000; ++i) x.push_back(static_cast<float>((rng.uniform() - 0.5) * 240.0));
+  for (int i = 0; i < 50000; ++i) x.push_back(static_cast<float>(rng.normal() * 3.0));
+  for (float s : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.7f, 88.8f, -103.9f, -104.0f, INFINITY, -INFINITY, NAN})
+    x.push_back(s);
+  const int n = static_cast<int>(x.size());
+  Dev<float> dx(x), dout(6 * x.size());
+  math_kernel<<<(n + 255) / 256, 256>>>(dx.p, n, dout.p);
+  CK(cudaDeviceSynchronize());
+  const auto out = dout.down();
+  int64_t bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const float v = x[i], u = x[(i * 7 + 3) % n];
+    const float want[6] = {am::exp_f32(v), am::sigmoid_f32(v), am::tanh_f32(v),
+                           am::situ_f32(v, u, 4.0f, 25.0f),
+                           am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f), am::silu_gated_f32(v, u)};
+    for (int j = 0; j < 6; ++j)
+      if (fbits(out[6 * i + j]) != fbits(want[j]) && !(std::isnan(out[6 * i + j]) && std::isnan(want[j]))) {
+        if (bad++ < 5)
+          ADD_FAILURE() << "fn " << j << " x=" << v << " u=" << u << " gpu " << out[6 * i + j]
+                        << " host " << want[j];
+      }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---------------------------------------------------------------- routing
+
+void check_routing(const std::vector<float>& logits, int64_t M, int64_t E,
+                   const std::vector<float>* bias, const RoutingParams& rp) {
+  const Routing want = route_cpu(logits.data(), M, E, bias ? bias->data() : nullptr, rp);
+  Dev<float> dl(logits), db(bias ? *bias : std::vector<float>{0.0f});
+  Dev<int32_t> ids(M * rp.top_k);
+  Dev<float> w(M * rp.top_k);
+  cd::RouteParams p;
+  p.logits = dl.p;
+  p.bias = bias ? db.p : nullptr;
+  p.tokens = M;
+  p.num_experts = E;
+  p.params = rp;
+  p.ids = ids.p;
+  p.weights = w.p;
+  cd::launch_route(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gi = ids.down();
+  const auto gw = w.down();
+  int64_t bad = 0;
+  for (size_t i = 0; i < gi.size(); ++i) {
+    const bool same_w = fbits(gw[i]) == fbits(want.weights[i]) ||
+                        (std::isnan(gw[i]) && std::isnan(want.weights[i]));
+    if (gi[i] != want.ids[i] || !same_w) {
+      if (bad++ < 5)
+        ADD_FAILURE() << "token " << i / rp.top_k << " slot " << i % rp.top_k << ": gpu id "
+                      << gi[i] << " w " << gw[i] << " (bits " << std::hex << fbits(gw[i])
+                      << "), cpu id " << std::dec << want.ids[i] << " w " << want.weights[i]
+                      << " (bits " << std::hex << fbits(want.weights[i]) << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << "routing mismatches of " << gi.size();
+}
+
+TEST(Routing, KimiSigmoidBias896Top16MatchesRouteCpuBitExact) {
+  REQUIRE_GPU();
+  const int64_t M = 67, E = 896;
+  Rng rng(3);
+  std::vector<float> l(M * E), b(E);
+  for (auto& v : l) v = static_cast<float>(rng.normal() * 2.0);
+  for (auto& v : b) v = static_cast<float>(rng.normal() * 0.1);
+  RoutingParams rp;
+  rp.top_k = 16;
+  rp.routed_scaling_factor = 2.5f;
+  check_routing(l, M, E, &b, rp);
+  rp.scaling_in_weights = false;
+  rp.renormalize = false;
+  check_routing(l, M, E, nullptr, rp);
+}
+
+TEST(Routing, TiesBreakTowardLowerIdMatchesRouteCpu) {
+  REQUIRE_GPU();
+  const int64_t M = 40, E = 100;
+  Rng rng(4);
+  std::vector<float> l(M * E);
+  for (auto& v : l) v = static_cast<float>(rng.below(3)) * 0.5f;  // massive ties
+  for (int64_t e = 0; e < E; ++e) l[5 * E + e] = NAN;             // a NaN token
+  RoutingParams rp;
+  rp.top_k = 8;
+  check_routing(l, M, E, nullptr, rp);
+  rp.kind = RouterKind::Softmax;
+  rp.renormalize = false;
+  for (int64_t e = 0; e < E; ++e) l[5 * E + e] = 0.25f;
+  check_routing(l, M, E, nullptr, rp);
+}
+
+TEST(Routing, GroupLimitedAndSoftmaxMatchRouteCpu) {
+  REQUIRE_GPU();
+  const int64_t M = 33, E = 256;
+  Rng rng(5);
+  std::vector<float> l(M * E), b(E);
+  for (auto& v : l) v = static_cast<float>(rng.normal());
+  for (auto& v : b) v = static_cast<float>(rng.normal() * 0.05);
+  RoutingParams rp;
+  rp.top_k = 8;
+  rp.n_group = 8;
+  rp.topk_group = 4;
+  check_routing(l, M, E, &b, rp);
+  RoutingParams sm;
+  sm.kind = RouterKind::Softmax;
+  sm.top_k = 4;
+  sm.renormalize = false;
+  check_routing(l, M, E, nullptr, sm);
+  sm.top_k = 32;
+  check_routing(l, M, E, nullptr, sm);
+}
+
+// ---------------------------------------------------------------- quantization
+
+TEST(Quantize, Bf16ToMxfp8BitExactWithFormatsIncludingInfNanZero) {
+  REQUIRE_GPU();
+  const int64_t M = 6, K = 256;
+  Rng rng(6);
+  std::vector<uint16_t> x(M * K);
+  for (auto& v : x) v = fmt::float_to_bf16(static_cast<float>(rng.normal() * 3.0));
+  auto blk = [&](int64_t t, int64_t b) { return x.data() + t * K + b * 32; };
+  std::fill(blk(0, 1), blk(0, 1) + 32, uint16_t{0});            // zero block
+  blk(0, 2)[3] = fmt::float_to_bf16(INFINITY);                   // +Inf saturates
+  blk(1, 0)[7] = fmt::float_to_bf16(NAN);                        // NaN stays NaN
+  blk(1, 3)[0] = fmt::float_to_bf16(-INFINITY);
+  blk(1, 3)[1] = fmt::float_to_bf16(NAN);
+  for (int i = 0; i < 32; ++i) blk(2, 4)[i] = fmt::float_to_bf16(1e-38f * (i + 1));  // tiny
+  for (int i = 0; i < 32; ++i) blk(3, 5)[i] = fmt::float_to_bf16(3e38f * ((i & 1) ? 1 : -1));
+  for (int i = 0; i < 32; ++i) blk(4, 6)[i] = fmt::float_to_bf16(NAN);  // all NaN
+  for (ScaleRule rule : {ScaleRule::RoundUp, ScaleRule::Floor}) {
+    Dev<uint16_t> dx(x);
+    Dev<uint8_t> codes(M * K), scales(M * K / 32);
+    cd::launch_quantize_x(dx.p, M, K, rule, codes.p, scales.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto gc = codes.down();
+    const auto gs = scales.down();
+    for (int64_t b = 0; b < M * K / 32; ++b) {
+      float v[32];
+      for (int i = 0; i < 32; ++i) v[i] = fmt::bf16_to_float(x[b * 32 + i]);
+      uint8_t c[32], s;
+      fmt::quantize_block_e4m3(v, c, &s, rule);
+      ASSERT_EQ(gs[b], s) << "block " << b << " rule " << static_cast<int>(rule);
+      for (int i = 0; i < 32; ++i)
+        ASSERT_EQ(gc[b * 32 + i], c[i]) << "block " << b << " element " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- permutation
+
+struct PermuteExpect {
+  std::vector<int32_t> counts, offsets, row_map, pair_row;
+  uint32_t error = 0;
+};
+PermuteExpect permute_cpu(const std::vector<int32_t>& ids, int64_t E, const std::vector<int32_t>& map,
+                          int el) {
+  PermuteExpect x;
+  x.counts.assign(el, 0);
+  x.pair_row.assign(ids.size(), -1);
+  std::vector<int32_t> loc(ids.size(), -1);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    if (ids[p] >= 0 && ids[p] < E) loc[p] = map[ids[p]];
+    else if (ids[p] != -1) x.error = cd::kErrorIdOutOfRange;
+    if (loc[p] >= 0) ++x.counts[loc[p]];
+  }
+  x.offsets.assign(el + 1, 0);
+  for (int e = 0; e < el; ++e) x.offsets[e + 1] = x.offsets[e] + x.counts[e];
+  x.row_map.assign(x.offsets[el], -1);
+  std::vector<int32_t> fill(x.offsets.begin(), x.offsets.end() - 1);
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (loc[p] >= 0) {
+      x.row_map[fill[loc[p]]] = static_cast<int32_t>(p);
+      x.pair_row[p] = fill[loc[p]]++;
+    }
+  return x;
+}
+
+void check_permute(const std::vector<int32_t>& ids, int64_t M, int64_t k, int64_t E,
+                   const std::vector<int32_t>& map, int el) {
+  const PermuteExpect want = permute_cpu(ids, E, map, el);
+  Dev<int32_t> dids(ids), dmap(map), counts(el), offsets(el + 1), row_map(M * k), pair_row(M * k);
+  Dev<uint32_t> err(1);
+  cudaMemset(row_map.p, 0xFF, M * k * 4);
+  cudaMemset(pair_row.p, 0x7F, M * k * 4);  // must all be overwritten
+  cd::PermuteParams p;
+  p.ids = dids.p;
+  p.expert_map = dmap.p;
+  p.tokens = M;
+  p.top_k = k;
+  p.num_experts = E;
+  p.num_local = el;
+  p.counts = counts.p;
+  p.offsets = offsets.p;
+  p.row_map = row_map.p;
+  p.pair_row = pair_row.p;
+  p.error = err.p;
+  cd::launch_permute(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(counts.down(), want.counts);
+  EXPECT_EQ(offsets.down(), want.offsets);
+  auto rm = row_map.down();
+  rm.resize(want.row_map.size());
+  EXPECT_EQ(rm, want.row_map);
+  EXPECT_EQ(pair_row.down(), want.pair_row);
+  EXPECT_EQ(err.down()[0], want.error);
+}
+
+TEST(Permute, OrderCountsEpMapMinusOneAndBadIds) {
+  REQUIRE_GPU();
+  Rng rng(7);
+  const int64_t E = 16, k = 4;
+  for (int64_t M : {1, 37, 300}) {
+    std::vector<int32_t> ids(M * k);
+    for (auto& v : ids) v = static_cast<int32_t>(rng.below(E + 1)) - 1;  // includes -1
+    // EP2 rank 1 (range ownership), expert 12 never used: an empty expert.
+    std::vector<int32_t> map(E, -1);
+    for (int e = 8; e < 16; ++e) map[e] = e - 8;
+    for (auto& v : ids)
+      if (v == 12) v = 13;
+    check_permute(ids, M, k, E, map, 8);
+    // Explicit scattered map and invalid ids (flagged, skipped, never dereferenced).
+    std::vector<int32_t> map2(E, -1);
+    for (int e = 0; e < E; e += 2) map2[e] = (e / 2 * 3) % 8;
+    ids[0] = 16;
+    ids[M * k - 1] = -7;
+    ids[M * k / 2] = 1 << 30;
+    check_permute(ids, M, k, E, map2, 8);
+  }
+  std::vector<int32_t> none(5 * 4, -1);
+  std::vector<int32_t> map(E, -1);
+  for (int e = 0; e < 4; ++e) map[e] = e;
+  check_permute(none, 5, 4, E, map, 4);
+}
+
+// ---------------------------------------------------------------- exact-grid weights
+
+// MXFP4 weights whose products with small-integer activations and sums are exact in fp32:
+// random codes, scales 2^-2..2^2.
+ExpertWeights exact_grid_weights(const MoeConfig& cfg, uint64_t seed) {
+  Rng rng(seed);
+  ExpertWeights w;
+  const int64_t el = cfg.local_experts(), K = cfg.hidden, N = cfg.intermediate;
+  w.num_local = el;
+  w.hidden = K;
+  w.intermediate = N;
+  w.w13_packed.resize(el * 2 * N * K / 2);
+  w.w13_scale.resize(el * 2 * N * K / 32);
+  w.w2_packed.resize(el * K * N / 2);
+  w.w2_scale.resize(el * K * N / 32);
+  for (auto& v : w.w13_packed) v = static_cast<uint8_t>(rng.below(256));
+  for (auto& v : w.w2_packed) v = static_cast<uint8_t>(rng.below(256));
+  for (auto& v : w.w13_scale) v = static_cast<uint8_t>(125 + rng.below(5));
+  for (auto& v : w.w2_scale) v = static_cast<uint8_t>(125 + rng.below(5));
+  if (cfg.has_bias) {
+    w.w13_bias.resize(el * 2 * N);
+    w.w2_bias.resize(el * K);
+    for (auto& v : w.w13_bias) v = static_cast<float>(static_cast<int>(rng.below(33)) - 16) * 0.25f;
+    for (auto& v : w.w2_bias) v = static_cast<float>(static_cast<int>(rng.below(33)) - 16) * 0.25f;
+  }
+  return w;
+}
+
+uint8_t e4m3_of_int(int v) { return fmt::float_to_e4m3(static_cast<float>(v)); }
+
+double w_value(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scale, int64_t row,
+               int64_t col, int64_t cols) {
+  return fmt::dequant_e2m1(packed[row * (cols / 2) + col / 2], col & 1, scale[row * (cols / 32) + col / 32]);
+}
+
+// Routing where every token picks k distinct experts among `used` global ids, some -1.
+Routing random_routing(int64_t M, int64_t k, const std::vector<int32_t>& used, uint64_t seed,
+                       bool minus_one) {
+  Rng rng(seed);
+  Routing r;
+  r.tokens = M;
+  r.top_k = k;
+  for (int64_t t = 0; t < M; ++t) {
+    std::vector<int32_t> pool = used;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t i = rng.below(pool.size());
+      int32_t id = pool[i];
+      pool.erase(pool.begin() + static_cast<long>(i));
+      if (minus_one && rng.below(5) == 0) id = -1;
+      r.ids.push_back(id);
+      r.weights.push_back(static_cast<float>(0.25 + rng.uniform()));
+    }
+  }
+  return r;
+}
+
+struct StageCase {
+  Activation act;
+  bool x_fp8, mid_fp8, bias;
+  int64_t M, K, N;
+};
+
+// GEMM1 + activation + intermediate quantization, bit for bit, by running the whole
+// layer and reading the intermediate out of the workspace (layout from the same
+// WorkspaceLayout the engine carves).
+void run_gemm1_stage(const StageCase& sc) {
+  MoeConfig cfg;
+  cfg.num_experts = 8;
+  cfg.top_k = 3;
+  cfg.hidden = sc.K;
+  cfg.intermediate = sc.N;
+  cfg.ep_size = 2;
+  cfg.ep_rank = 1;  // local experts 4..7
+  cfg.activation = sc.act == Activation::SiTU ? ActivationParams::situ()
+                   : sc.act == Activation::SwiGLU_OAI ? ActivationParams::swiglu_oai()
+                                                      : ActivationParams::silu_gated();
+  if (sc.act == Activation::SiTU) cfg.activation.alpha = {4.0f, 3.0f, 2.0f, 5.0f};  // per expert
+  cfg.input_format = sc.x_fp8 ? InputFormat::MXFP8 : InputFormat::BF16;
+  cfg.intermediate_format = sc.mid_fp8 ? IntermediateFormat::MXFP8 : IntermediateFormat::BF16;
+  cfg.has_bias = sc.bias;
+  const ExpertWeights w = exact_grid_weights(cfg, 100 + sc.M);
+  const int64_t M = sc.M, K = sc.K, N = sc.N, k = cfg.top_k;
+  Rng rng(200 + M);
+  // Activations on the grid: small integers times a power-of-two scale.
+  std::vector<uint8_t> xc(M * K), xs(M * K / 32);
+  std::vector<uint16_t> xb(M * K);
+  for (int64_t i = 0; i < M * K; ++i) {
+    const int v = static_cast<int>(rng.below(17)) - 8;
+    xc[i] = e4m3_of_int(v);
+    xb[i] = fmt::float_to_bf16(static_cast<float>(v));
+  }
+  for (auto& v : xs) v = static_cast<uint8_t>(126 + rng.below(3));
+  const Routing routing = random_routing(M, k, {0, 2, 4, 5, 7, 3}, 300 + M, true);  // 6 unused
+
+  CudaMoeLayer layer(cfg, w);
+  const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(cfg, M);
+  Dev<uint8_t> ws(layer.workspace_size(M)), dxc(xc), dxs(xs);
+  Dev<uint16_t> dxb(xb), out(M * K);
+  Dev<int32_t> ids(routing.ids);
+  Dev<float> wts(routing.weights);
+  ForwardArgs a;
+  a.tokens = M;
+  a.x_format = sc.x_fp8 ? InputFormat::MXFP8 : InputFormat::BF16;
+  a.x = sc.x_fp8 ? static_cast<const void*>(dxc.p) : static_cast<const void*>(dxb.p);
+  a.x_scale = sc.x_fp8 ? dxs.p : nullptr;
+  a.topk_ids = ids.p;
+  a.topk_weights = wts.p;
+  a.out = out.p;
+  layer.forward(a, ws.p, ws.n, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto wsh = ws.down();
+
+  // CPU: rows per local expert in (token, slot) order.
+  const int el = 4;
+  std::vector<std::vector<int64_t>> rows(el);
+  for (int64_t p = 0; p < M * k; ++p)
+    if (routing.ids[p] >= 4) rows[routing.ids[p] - 4].push_back(p);
+  int64_t row = 0, bad = 0;
+  for (int e = 0; e < el; ++e)
+    for (int64_t p : rows[e]) {
+      const int64_t t = p / k;
+      std::vector<float> h(N);
+      for (int64_t n = 0; n < N; ++n) {
+        double acc[2] = {0, 0};
+        for (int gu = 0; gu < 2; ++gu) {
+          const int64_t kr = gu == 0 ? kernel_row_of_gate(n) : kernel_row_of_up(n);
+          const int64_t r = e * 2 * N + kr;
+          for (int64_t c = 0; c < K; ++c) {
+            const double xv = sc.x_fp8 ? fmt::dequant_e4m3(xc[t * K + c], xs[t * K / 32 + c / 32])
+                                       : fmt::bf16_to_float(xb[t * K + c]);
+            acc[gu] += w_value(w.w13_packed, w.w13_scale, r, c, K) * xv;
+          }
+          if (sc.bias) acc[gu] += w.w13_bias[r];
+        }
+        h[n] = am::gated_activation_f32(static_cast<int>(sc.act), static_cast<float>(acc[0]),
+                                        static_cast<float>(acc[1]), cfg.activation.alpha.empty() ? 0.f : cfg.activation.alpha_of(e),
+                                        cfg.activation.beta.empty() ? 0.f : cfg.activation.beta_of(e),
+                                        cfg.activation.limit.empty() ? 0.f : cfg.activation.limit_of(e));
+      }
+      for (int64_t b = 0; b < N / 32; ++b) {
+        if (sc.mid_fp8) {
+          uint8_t c[32], s;
+          fmt::quantize_block_e4m3(h.data() + b * 32, c, &s);
+          const uint8_t* gc = wsh.data() + L.inter + row * N + b * 32;
+          const uint8_t gs = wsh[L.inter_scale + row * (N / 32) + b];
+          if (gs != s || std::memcmp(gc, c, 32) != 0)
+            if (bad++ < 3) ADD_FAILURE() << "row " << row << " block " << b << " scale " << int(gs) << " vs " << int(s);
+        } else {
+          for (int i = 0; i < 32; ++i) {
+            uint16_t g;
+            std::memcpy(&g, wsh.data() + L.inter + (row * N + b * 32 + i) * 2, 2);
+            if (g != fmt::float_to_bf16(h[b * 32 + i]))
+              if (bad++ < 3) ADD_FAILURE() << "row " << row << " col " << b * 32 + i << " gpu " << fmt::bf16_to_float(g) << " cpu " << h[b * 32 + i];
+          }
+        }
+      }
+      ++row;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
+  REQUIRE_GPU();
+  const StageCase cases[] = {
+      {Activation::SiTU, true, true, false, 8, 128, 64},      // decode tile (NT=1)
+      {Activation::SiTU, true, true, false, 20, 96, 96},      // NT=4, K % 64 == 32
+      {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96},  // biases
+      {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
+      {Activation::SiTU, false, true, false, 33, 160, 64},
+      {Activation::SwiGLU_OAI, true, false, true, 2, 96, 32},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
+                                    << " mid_fp8 " << c.mid_fp8 << " M " << c.M << " K " << c.K
+                                    << " N " << c.N);
+    run_gemm1_stage(c);
+  }
+}
+
+// ---------------------------------------------------------------- GEMM2 (direct launch)
+
+void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) {
+  const int el = 3;
+  const std::vector<int32_t> counts = {static_cast<int32_t>(tokens / 2), 0,
+                                       static_cast<int32_t>(tokens - tokens / 2 + 3)};
+  std::vector<int32_t> offsets = {0, counts[0], counts[0]};
+  offsets.push_back(offsets[2] + counts[2]);
+  const int64_t rows = offsets[3];
+  MoeConfig cfg;
+  cfg.num_experts = el;
+  cfg.top_k = 1;
+  cfg.hidden = K;
+  cfg.intermediate = N;
+  cfg.has_bias = bias;
+  const ExpertWeights w = exact_grid_weights(cfg, 77 + K);
+  std::vector<uint32_t> tp, ts;
+  cd::tile_mxfp4(w.w2_packed.data(), w.w2_scale.data(), el, K, N, tp, ts);
+  const cd::TiledDims d = cd::tiled_dims(K, N);
+  Rng rng(55);
+  std::vector<uint8_t> ic(rows * N), isc(rows * N / 32);
+  std::vector<uint16_t> ib(rows * N);
+  for (int64_t i = 0; i < rows * N; ++i) {
+    const int v = static_cast<int>(rng.below(17)) - 8;
+    ic[i] = e4m3_of_int(v);
+    ib[i] = fmt::float_to_bf16(static_cast<float>(v));
+  }
+  for (auto& v : isc) v = static_cast<uint8_t>(126 + rng.below(3));
+  Dev<uint32_t> dtp(tp), dts(ts);
+  Dev<uint8_t> dic(ic), disc(isc);
+  Dev<uint16_t> dib(ib);
+  Dev<int32_t> dc(counts), doff(offsets);
+  Dev<float> db(bias ? w.w2_bias : std::vector<float>{0.f}), y(rows * K);
+  cudaMemset(y.p, 0xFF, rows * K * 4);
+  cd::Gemm2Params p;
+  p.w2 = cd::MatView{reinterpret_cast<const uint4*>(dtp.p), dts.p, static_cast<int>(K),
+                     static_cast<int>(N), static_cast<int>(d.rg), static_cast<int>(d.kc)};
+  p.bias = bias ? db.p : nullptr;
+  p.inter = fp8 ? static_cast<const void*>(dic.p) : static_cast<const void*>(dib.p);
+  p.inter_scale = fp8 ? disc.p : nullptr;
+  p.inter_fp8 = fp8;
+  p.counts = dc.p;
+  p.offsets = doff.p;
+  p.tokens = tokens;
+  p.top_k = 1;
+  p.hidden = K;
+  p.intermediate = N;
+  p.num_local = el;
+  p.y = y.p;
+  cd::launch_gemm2(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gy = y.down();
+  int64_t bad = 0;
+  for (int e = 0; e < el; ++e)
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
+      for (int64_t c = 0; c < K; ++c) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const double iv = fp8 ? fmt::dequant_e4m3(ic[r * N + n], isc[r * (N / 32) + n / 32])
+                                : fmt::bf16_to_float(ib[r * N + n]);
+          acc += w_value(w.w2_packed, w.w2_scale, e * K + c, n, N) * iv;
+        }
+        float want = static_cast<float>(acc);
+        if (bias) want = want + w.w2_bias[e * K + c];
+        if (fbits(gy[r * K + c]) != fbits(want))
+          if (bad++ < 3) ADD_FAILURE() << "row " << r << " col " << c << " gpu " << gy[r * K + c] << " cpu " << want;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Gemm2, ExactGridBitExactFormatsTilesTailsAndEmptyExpert) {
+  REQUIRE_GPU();
+  run_gemm2_stage(true, 6, 128, 64, false);   // decode tile
+  run_gemm2_stage(true, 40, 96, 96, true);    // NT=4, row tail and K tail, bias
+  run_gemm2_stage(false, 7, 64, 128, false);
+  run_gemm2_stage(false, 70, 160, 32, true);
+}
+
+// ---------------------------------------------------------------- finalize
+
+TEST(Finalize, SlotOrderFmaChainBitExactBf16AndFp32) {
+  REQUIRE_GPU();
+  const int64_t M = 9, k = 5, K = 300;
+  Rng rng(9);
+  std::vector<int32_t> pair_row(M * k);
+  int32_t next = 0;
+  for (auto& v : pair_row) v = rng.below(4) == 0 ? -1 : next++;
+  for (int64_t j = 0; j < k; ++j) pair_row[3 * k + j] = -1;  // token without local expert
+  std::vector<float> y(static_cast<size_t>(next) * K), wts(M * k);
+  for (auto& v : y) v = static_cast<float>(rng.normal());
+  for (auto& v : wts) v = static_cast<float>(rng.uniform());
+  Dev<float> dy(y), dw(wts), out32(M * K);
+  Dev<int32_t> dpr(pair_row);
+  Dev<uint16_t> out16(M * K);
+  for (bool fp32 : {false, true}) {
+    cudaMemset(fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p), 0xFF, M * K * (fp32 ? 4 : 2));
+    cd::FinalizeParams p;
+    p.y = dy.p;
+    p.pair_row = dpr.p;
+    p.weights = dw.p;
+    p.tokens = M;
+    p.top_k = k;
+    p.hidden = K;
+    p.output_scale = 1.5f;
+    p.out = fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p);
+    p.out_fp32 = fp32;
+    cd::launch_finalize(p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto g32 = out32.down();
+    const auto g16 = out16.down();
+    for (int64_t t = 0; t < M; ++t)
+      for (int64_t c = 0; c < K; ++c) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t r = pair_row[t * k + j];
+          if (r >= 0) acc = std::fmaf(wts[t * k + j], y[r * K + c], acc);
+        }
+        acc = acc * 1.5f;
+        if (fp32) ASSERT_EQ(fbits(g32[t * K + c]), fbits(acc)) << t << "," << c;
+        else ASSERT_EQ(g16[t * K + c], fmt::float_to_bf16(acc)) << t << "," << c;
+      }
+  }
+}
+
+// ---------------------------------------------------------------- whole layer
+
+MoeConfig small_cfg(Activation act, InputFormat in, IntermediateFormat mid) {
+  MoeConfig cfg;
+  cfg.num_experts = 16;
+  cfg.top_k = 4;
+  cfg.hidden = 256;
+  cfg.intermediate = 192;
+  cfg.ep_size = 2;
+  cfg.ep_rank = 1;
+  cfg.activation = act == Activation::SiTU ? ActivationParams::situ()
+                   : act == Activation::SwiGLU_OAI ? ActivationParams::swiglu_oai()
+                                                   : ActivationParams::silu_gated();
+  cfg.has_bias = act == Activation::SwiGLU_OAI;
+  cfg.input_format = in;
+  cfg.intermediate_format = mid;
+  return cfg;
+}
+
+void expect_matches_reference(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                              const Routing& r, const Output& got, const char* what) {
+  Output ref;
+  reference_forward(cfg, w, cfg.input_format == InputFormat::MXFP8 ? x.to_mxfp8(cfg.scale_rule) : x, r, ref);
+  const auto rv = output_values(ref);
+  double rms = 0;
+  int64_t finite = 0;
+  for (double v : rv)
+    if (std::isfinite(v)) {
+      rms += v * v;
+      ++finite;
+    }
+  rms = std::sqrt(rms / std::max<int64_t>(finite, 1));
+  const Tolerance tol = tolerance_for(cfg.intermediate_format);
+  const Comparison c = compare_outputs(output_values(got), rv, x.tokens, cfg.hidden,
+                                       tol.atol_rms * rms, tol.rtol);
+  EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine) && c.bound_violations == 0)
+      << what << ": " << c.summary();
+}
+
+TEST(Layer, MatchesReferenceDeterministicAndGraphReplayIdentical) {
+  REQUIRE_GPU();
+  int seed = 1;
+  for (Activation act : {Activation::SiTU, Activation::SwiGLU_OAI, Activation::SiLU_Gated})
+    for (auto fm : {std::pair{InputFormat::MXFP8, IntermediateFormat::MXFP8},
+                    std::pair{InputFormat::BF16, IntermediateFormat::BF16},
+                    std::pair{InputFormat::BF16, IntermediateFormat::MXFP8}})
+      for (int64_t M : {1, 2, 8, 32}) {
+        const MoeConfig cfg = small_cfg(act, fm.first, fm.second);
+        SCOPED_TRACE(cfg.describe() + " M=" + std::to_string(M));
+        const SyntheticLayer syn = make_synthetic_layer(cfg, 1000 + seed);
+        const Activations x = make_activations(M, cfg.hidden, 2000 + seed);
+        // Skewed routing onto few experts, one local expert never used, -1 slots.
+        const Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 13, 14, 2, 5}, 3000 + seed, true);
+        ++seed;
+        CudaMoeLayer layer(cfg, syn.weights);
+        CudaHostSession s(layer, 32);
+        // An MXFP8 layer gets BF16 x (quantized on the GPU) or pre-quantized x in turns.
+        const Activations xin = (fm.first == InputFormat::MXFP8 && M % 2 == 0) ? x.to_mxfp8() : x;
+        s.set_inputs(xin, &r, nullptr);
+        const Output o1 = s.run_eager(), o2 = s.run_eager(), o3 = s.run_eager();
+        expect_matches_reference(cfg, syn.weights, x, r, o1, "eager");
+        EXPECT_TRUE(o1.bf16 == o2.bf16 && o1.bf16 == o3.bf16) << "three eager runs differ";
+        const auto g = s.run_graph(2);
+        ASSERT_EQ(g.size(), 2u);
+        EXPECT_TRUE(g[0].bf16 == o1.bf16 && g[1].bf16 == o1.bf16) << "graph replay differs from eager";
+      }
+}
+
+TEST(Layer, GpuRouterMatchesHostRoutedReference) {
+  REQUIRE_GPU();
+  MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  cfg.num_experts = 64;
+  cfg.top_k = 6;
+  cfg.ep_size = 4;
+  cfg.ep_rank = 2;
+  cfg.output_format = OutputFormat::FP32;
+  RoutingParams rp;
+  rp.top_k = 6;
+  rp.routed_scaling_factor = 2.0f;
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 5);
+  const int64_t M = 24;
+  const Activations x = make_activations(M, cfg.hidden, 6);
+  Rng rng(7);
+  std::vector<float> logits(M * cfg.num_experts), bias(cfg.num_experts);
+  for (auto& v : logits) v = static_cast<float>(rng.normal());
+  for (auto& v : bias) v = static_cast<float>(rng.normal() * 0.1);
+  CudaMoeLayer layer(cfg, syn.weights, &rp, &bias);
+  CudaHostSession s(layer, M);
+  s.set_inputs(x, nullptr, &logits);
+  const Output o = s.run_eager();
+  const Routing r = route_cpu(logits.data(), M, cfg.num_experts, bias.data(), rp);
+  expect_matches_reference(cfg, syn.weights, x, r, o, "gpu router");
+  const auto g = s.run_graph(2);
+  EXPECT_TRUE(g[0].fp32 == o.fp32 && g[1].fp32 == o.fp32);
+}
+
+TEST(Layer, NanTokenStaysInItsRowAndInfSaturates) {
+  REQUIRE_GPU();
+  for (auto mid : {IntermediateFormat::MXFP8, IntermediateFormat::BF16}) {
+    const MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, mid);
+    const SyntheticLayer syn = make_synthetic_layer(cfg, 8);
+    const int64_t M = 8;
+    Activations x = make_activations(M, cfg.hidden, 9);
+    x.bf16[3 * cfg.hidden + 17] = fmt::float_to_bf16(NAN);
+    x.bf16[5 * cfg.hidden + 40] = fmt::float_to_bf16(INFINITY);
+    x.bf16[6 * cfg.hidden + 0] = fmt::float_to_bf16(-INFINITY);
+    // Opposite infinities in two blocks of one token: their ~2^135 products must be
+    // summed in range (mx_mma.cuh range guard), not saturate in the order they come.
+    x.bf16[6 * cfg.hidden + 100] = fmt::float_to_bf16(INFINITY);
+    Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 12, 13, 14, 15}, 10, false);
+    CudaMoeLayer layer(cfg, syn.weights);
+    CudaHostSession s(layer, M);
+    s.set_inputs(x, &r, nullptr);
+    const Output o = s.run_eager();
+    for (int64_t t = 0; t < M; ++t) {
+      int64_t nans = 0;
+      for (int64_t c = 0; c < cfg.hidden; ++c) nans += std::isnan(o.value(t, c));
+      if (t == 3) EXPECT_EQ(nans, cfg.hidden) << "the NaN token's row must be all NaN";
+      else EXPECT_EQ(nans, 0) << "token " << t << " was reached by another token's NaN";
+    }
+    expect_matches_reference(cfg, syn.weights, x, r, o, "nan/inf");
+  }
+}
+
+TEST(Layer, BadArgumentsRejectedBeforeAnyLaunch) {
+  REQUIRE_GPU();
+  const MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 12);
+  CudaMoeLayer layer(cfg, syn.weights);
+  const int64_t M = 4;
+  const size_t wsb = layer.workspace_size(M);
+  Dev<uint8_t> ws(wsb), xs(M * cfg.hidden / 32);
+  Dev<uint16_t> x(M * cfg.hidden), out(M * cfg.hidden);
+  Dev<int32_t> ids(M * cfg.top_k);
+  Dev<float> wts(M * cfg.top_k), logits(M * cfg.num_experts);
+  cudaMemset(out.p, 0x5A, M * cfg.hidden * 2);
+  auto good = [&] {
+    ForwardArgs a;
+    a.tokens = M;
+    a.x = x.p;
+    a.topk_ids = ids.p;
+    a.topk_weights = wts.p;
+    a.out = out.p;
+    return a;
+  };
+  std::vector<uint16_t> host_x(M * cfg.hidden);
+  auto expect_bad = [&](ForwardArgs a, void* w, size_t b, const std::string& argument) {
+    try {
+      layer.forward(a, w, b, nullptr);
+      ADD_FAILURE() << "accepted bad " << argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  ForwardArgs a = good();
+  a.tokens = 0;
+  expect_bad(a, ws.p, wsb, "args.tokens");
+  a = good();
+  a.tokens = M + 1;  // workspace sized for M
+  expect_bad(a, ws.p, wsb, "workspace_bytes");
+  a = good();
+  a.x = nullptr;
+  expect_bad(a, ws.p, wsb, "args.x");
+  a = good();
+  a.x = reinterpret_cast<const char*>(x.p) + 2;
+  expect_bad(a, ws.p, wsb, "args.x");
+  a = good();
+  a.x = host_x.data();  // pageable host memory
+  expect_bad(a, ws.p, wsb, "args.x");
+  a = good();
+  a.router_logits = logits.p;
+  expect_bad(a, ws.p, wsb, "args.router_logits");  // both routing modes
+  a = good();
+  a.topk_weights = nullptr;
+  expect_bad(a, ws.p, wsb, "args.topk_weights");
+  a = good();
+  a.topk_ids = nullptr;
+  a.topk_weights = nullptr;
+  a.router_logits = logits.p;  // layer has no RoutingParams
+  expect_bad(a, ws.p, wsb, "args.router_logits");
+  a = good();
+  a.x_format = InputFormat::MXFP8;  // no scales
+  expect_bad(a, ws.p, wsb, "args.x_scale");
+  a = good();
+  a.x_scale = xs.p;  // scales for bf16 x
+  expect_bad(a, ws.p, wsb, "args.x_scale");
+  a = good();
+  a.out = nullptr;
+  expect_bad(a, ws.p, wsb, "args.out");
+  a = good();
+  expect_bad(a, nullptr, wsb, "workspace");
+  expect_bad(a, ws.p + 16, wsb, "workspace");  // misaligned (rejected before use)
+  expect_bad(a, ws.p, wsb - 1, "workspace_bytes");
+  {
+    const MoeConfig bcfg = small_cfg(Activation::SiTU, InputFormat::BF16, IntermediateFormat::BF16);
+    const SyntheticLayer bsyn = make_synthetic_layer(bcfg, 13);
+    CudaMoeLayer blayer(bcfg, bsyn.weights);
+    ForwardArgs b = good();
+    b.x_format = InputFormat::MXFP8;
+    b.x_scale = xs.p;
+    EXPECT_THROW(blayer.forward(b, ws.p, wsb, nullptr), InvalidArgument);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto o = out.down();
+  for (uint16_t v : o) ASSERT_EQ(v, 0x5A5A) << "output written despite a rejected call";
+  // Constructor checks.
+  RoutingParams rp;
+  rp.top_k = cfg.top_k + 1;
+  EXPECT_THROW(CudaMoeLayer(cfg, syn.weights, &rp), InvalidArgument);
+  EXPECT_THROW(CudaMoeLayer(cfg, syn.weights, nullptr, nullptr, 999), InvalidArgument);
+  EXPECT_THROW(layer.workspace_size(0), InvalidArgument);
+}
+
+TEST(Layer, OutOfRangeIdsAreSkippedAndFlagged) {
+  REQUIRE_GPU();
+  const MoeConfig cfg = small_cfg(Activation::SiLU_Gated, InputFormat::BF16, IntermediateFormat::BF16);
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 14);
+  const int64_t M = 3;
+  const Activations x = make_activations(M, cfg.hidden, 15);
+  Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 12}, 16, false);
+  std::vector<int32_t> ids = r.ids;
+  ids[1] = 1000;  // garbage from a caller: must not be dereferenced
+  ids[6] = -9;
+  CudaMoeLayer layer(cfg, syn.weights);
+  Dev<uint8_t> ws(layer.workspace_size(M));
+  Dev<uint16_t> dx(x.bf16), out(M * cfg.hidden);
+  Dev<int32_t> dids(ids);
+  Dev<float> dw(r.weights);
+  ForwardArgs a;
+  a.tokens = M;
+  a.x = dx.p;
+  a.topk_ids = dids.p;
+  a.topk_weights = dw.p;
+  a.out = out.p;
+  layer.forward(a, ws.p, ws.n, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  uint32_t err = 0;
+  cudaMemcpy(&err, ws.p + cd::WorkspaceLayout::make(cfg, M).error, 4, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(err, cd::kErrorIdOutOfRange);
+  // Same as the reference with those slots as -1.
+  Routing r2 = r;
+  r2.ids[1] = -1;
+  r2.ids[6] = -1;
+  Output o;
+  o.format = OutputFormat::BF16;
+  o.tokens = M;
+  o.hidden = cfg.hidden;
+  o.bf16 = out.down();
+  expect_matches_reference(cfg, syn.weights, x, r2, o, "bad ids skipped");
+}
+
+}  // namespace
