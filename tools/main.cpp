@@ -140,7 +140,9 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     std::cerr << "[" << i << "/" << cases.size() << "] " << c.name << " ..." << std::flush;
     const uint64_t case_seed = seed + static_cast<uint64_t>(i) * 7919u;
-    results.push_back(run_case(c, backend, case_seed));
+    // Weights from the run's seed (shared by consecutive cases of one geometry), inputs
+    // fresh per case.
+    results.push_back(run_case(c, backend, case_seed, seed));
     std::cerr << " " << results.back().status_string() << " (" << fix(results.back().backend_seconds, 2)
               << " s backend, " << fix(results.back().reference_seconds, 2) << " s reference)\n";
   }
@@ -213,13 +215,13 @@ int cmd_run(RunOptions o) {
 
   CaseData d;
   d.cfg = c.cfg;
-  d.weights = std::move(L.weights);
+  d.weights = std::make_shared<const ExpertWeights>(std::move(L.weights));
   d.router_bias = L.correction_bias;
   if (synthetic) {
     // Regenerate the BF16 originals from the recorded seed: the ideal comparison shows the
     // quantization error a user pays.
     MoeConfig gen = c.cfg;
-    d.ideal = make_synthetic_layer(gen, spec.seed).ideal;
+    d.ideal = std::make_shared<const IdealWeights>(make_synthetic_layer(gen, spec.seed).ideal);
   }
   make_case_inputs(c, o.seed, d);
   std::cerr << "running " << c.tokens << " tokens on " << to_string(backend) << " and the float64 reference ...\n";

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ enum class RoutingPattern : int {
   Skewed,        // most picks fall on two hot local experts
   EmptyExperts,  // only half of the local experts are ever chosen
   MaskedSlots,   // about a quarter of the slots are -1
+  LocalOnly,     // every slot picks a distinct local expert (the busiest EP rank)
   RouterSigmoid, // router logits + correction bias, sigmoid top-k (routed on the backend)
   RouterSoftmax, // router logits, softmax top-k (routed on the backend)
 };
@@ -72,22 +74,25 @@ struct CaseResult {
 /// A layer and inputs prepared for a case (weights may come from a checkpoint).
 struct CaseData {
   MoeConfig cfg;
-  ExpertWeights weights;
-  IdealWeights ideal;  // may be empty (then no ideal comparison)
+  // Shared, so the real-shape cases of one run can reuse one generated layer.
+  std::shared_ptr<const ExpertWeights> weights;
+  std::shared_ptr<const IdealWeights> ideal;  // may be null (then no ideal comparison)
   std::vector<float> router_bias;
   Activations x_bf16;  // the original activations (BF16)
   Activations x;       // what the layer consumes (cfg.input_format)
   Routing routing;     // the routing the reference uses
   std::vector<float> logits;  // set for Router* patterns: the backend routes itself
 };
-/// Build weights and fresh inputs for a case from a seed.
-CaseData make_case_data(const SuiteCase& c, uint64_t seed);
+/// Build weights (from `weight_seed`) and fresh inputs (from `seed`) for a case. The
+/// last synthetic layer is kept, so cases of one run with the same geometry and weight
+/// seed share it: the Kimi real-shape layer takes tens of seconds to generate.
+CaseData make_case_data(const SuiteCase& c, uint64_t seed, uint64_t weight_seed);
 /// Fresh inputs (activations, routing) for already-built weights.
 void make_case_inputs(const SuiteCase& c, uint64_t seed, CaseData& d);
 
 /// Run a prepared case on a backend and judge it. Never throws for a failing check;
 /// backend errors become a Fail with the message in `note`.
 CaseResult judge_case(const SuiteCase& c, const CaseData& d, Backend backend, uint64_t seed);
-CaseResult run_case(const SuiteCase& c, Backend backend, uint64_t seed);
+CaseResult run_case(const SuiteCase& c, Backend backend, uint64_t seed, uint64_t weight_seed);
 
 }  // namespace mxmoe

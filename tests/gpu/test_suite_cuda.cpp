@@ -15,7 +15,9 @@ TEST_P(CudaSuite, MatchesFloat64Reference) {
   if (mxmoe::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible (run on a GPU machine; see README)";
   // Fresh inputs every run; the seed is printed so a failure can be reproduced.
   const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const mxmoe::CaseResult r = mxmoe::run_case(GetParam(), mxmoe::Backend::Cuda, seed);
+  // Weights from one seed per process, so the Kimi real-shape cases share one layer.
+  static const uint64_t weight_seed = seed;
+  const mxmoe::CaseResult r = mxmoe::run_case(GetParam(), mxmoe::Backend::Cuda, seed, weight_seed);
   RecordProperty("seed", std::to_string(seed));
   EXPECT_EQ(r.status, mxmoe::CaseResult::Status::Pass)
       << r.name << " (seed " << seed << "): " << r.note << " | " << r.vs_reference.summary();
