@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
@@ -160,8 +162,28 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
 }
 
 // ------------------------------------------------------------------ run
+// The embedded checkpoint: next to the executable's build tree (build/../data), in the
+// source tree this binary was configured from, or under the current directory.
+std::string default_checkpoint() {
+  const std::string name = "data/kimi_k3_mini.safetensors";
+  std::vector<std::string> candidates;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    std::string dir(exe);
+    dir = dir.substr(0, dir.rfind('/'));
+    candidates.push_back(dir + "/../" + name);
+  }
+  candidates.push_back(MXMOE_DEFAULT_CHECKPOINT);
+  candidates.push_back(name);
+  for (const std::string& c : candidates)
+    if (std::ifstream(c).good()) return c;
+  return MXMOE_DEFAULT_CHECKPOINT;  // the loader's error then names the expected path
+}
+
 struct RunOptions {
-  std::string checkpoint = MXMOE_DEFAULT_CHECKPOINT;
+  std::string checkpoint = default_checkpoint();
   std::string backend;
   std::string activation = "situ";
   int64_t tokens = 32, top_k = 0, layer = -1, ep_size = 1, ep_rank = 0;

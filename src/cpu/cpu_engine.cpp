@@ -4,8 +4,8 @@
 //
 //   permute   (token, slot) pairs sorted by local expert, stable in (token, slot) order
 //   GEMM1     operands dequantized to float (exact for MX values), fp32 accumulation
-//   epilogue  bias, gated activation in fp32 (tanh as 2*sigmoid(2z)-1 with expf, as the
-//             kernels compute it), requantization of each 32-column block with formats.h
+//   epilogue  bias, gated activation in fp32 with the kernels' code (activation_math.h),
+//             requantization of each 32-column block with formats.h
 //   GEMM2     fp32 accumulation over the requantized intermediate, bias
 //   finalize  per token, slots 0..k-1 in fp32, output_scale, round
 //
@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "mxmoe/activation_math.h"
 #include "mxmoe/error.h"
 #include "mxmoe/formats.h"
 #include "mxmoe/layout.h"
@@ -168,28 +169,13 @@ void dequant_rows_f32(const uint8_t* packed, const uint8_t* scale, int64_t nrows
     }
 }
 
-inline float sigmoid_f(float z) { return 1.0f / (1.0f + expf(-z)); }
-// tanh via the full-precision exp, as the kernels do (SPEC §6: not tanh.approx).
-inline float tanh_f(float z) { return 2.0f * sigmoid_f(2.0f * z) - 1.0f; }
-
+// The gated activation with the kernels' own fp32 code (activation_math.h), so the CPU
+// backend computes it exactly as the GPU does.
 inline float activation_f32(const ActivationParams& p, int64_t e, float g, float u) {
-  switch (p.kind) {
-    case Activation::SiTU: {
-      const float a = p.alpha_of(e), b = p.beta_of(e);
-      return a * tanh_f(g / a) * sigmoid_f(g) * (b * tanh_f(u / b));
-    }
-    case Activation::SwiGLU_OAI: {
-      const float a = p.alpha_of(e), b = p.beta_of(e), lim = p.limit_of(e);
-      // Comparisons false for NaN: a poisoned value stays NaN (fminf would hide it).
-      if (g > lim) g = lim;
-      if (u > lim) u = lim;
-      if (u < -lim) u = -lim;
-      return g * sigmoid_f(a * g) * (u + b);
-    }
-    case Activation::SiLU_Gated:
-      return g * sigmoid_f(g) * u;
-  }
-  return NAN;
+  const float limit = p.kind == Activation::SwiGLU_OAI ? p.limit_of(e) : 0.0f;
+  const float alpha = p.kind == Activation::SiLU_Gated ? 0.0f : p.alpha_of(e);
+  const float beta = p.kind == Activation::SiLU_Gated ? 0.0f : p.beta_of(e);
+  return am::gated_activation_f32(static_cast<int>(p.kind), g, u, alpha, beta, limit);
 }
 
 // Store one 32-column block of the intermediate as the kernel does and return what

@@ -258,11 +258,16 @@ SafetensorsFile SafetensorsFile::parse(const uint8_t* data, size_t size) {
 
     const json& js = v["shape"];
     if (!js.is_array()) throw FormatError(cat("safetensors: ", tn, ": shape is not an array"));
-    for (const json& d : js) {
+    for (size_t i = 0; i < js.size(); ++i) {
+      const json& d = js[i];
       uint64_t u = 0;
+      // Only a number is echoed: dump() of an arbitrary value recurses once per nesting
+      // level, so a 2 MB header of '[' overflowed the stack
+      // (test: SafetensorsMalformed.DeeplyNestedShapeEntryIsRejectedWithoutRecursion).
       if (!json_nonneg_int(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw FormatError(cat("safetensors: ", tn, ": shape ", printable(js.dump()),
-                              " has an entry that is not a non-negative integer"));
+        throw FormatError(cat("safetensors: ", tn, ": shape entry ", i, " (",
+                              d.is_number() ? d.dump() : std::string(d.type_name()),
+                              ") is not a non-negative integer"));
       t.shape.push_back(static_cast<int64_t>(u));
     }
     int64_t numel = 0;

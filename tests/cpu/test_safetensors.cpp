@@ -285,6 +285,21 @@ TEST(SafetensorsMalformed, NegativeOrNonIntegerShape) {
                       "shape is not an array");
 }
 
+// Regression (issue 7): the error message dumped the whole shape value, recursively, so
+// a shape entry nested a million arrays deep (a 2 MB header) overflowed the stack. The
+// parser itself is iterative; nothing else may recurse on header values.
+TEST(SafetensorsMalformed, DeeplyNestedShapeEntryIsRejectedWithoutRecursion) {
+  const size_t depth = 1000000;
+  const std::string nest = std::string(depth, '[') + std::string(depth, ']');
+  expect_format_error(make_file(R"({"a":{"dtype":"U8","shape":[16,)" + nest + R"(],"data_offsets":[0,16]}})", kData16),
+                      "shape entry 1 (array) is not a non-negative integer");
+  // Deep values elsewhere (an unknown field, metadata) are parsed and dropped or
+  // rejected without recursion too.
+  expect_format_error(make_file(R"({"__metadata__":{"k":)" + nest + "}}", kData16), "'k' is not a string");
+  const auto extra = make_file(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16],"x":)" + nest + "}}", kData16);
+  EXPECT_NO_THROW(SafetensorsFile::parse(extra.data(), extra.size()));
+}
+
 TEST(SafetensorsMalformed, AbsurdShapeNumelOverflow) {
   // 2^62 * 2^62 overflows int64; 2^31 * 2^31 * 4 bytes does not but exceeds the data.
   expect_format_error(

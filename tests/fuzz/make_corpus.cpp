@@ -179,5 +179,10 @@ int main(int argc, char** argv) {
               raw(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::vector<uint8_t>(8, 0)));
   write_bytes(st / "bad_metadata.safetensors", raw(R"({"__metadata__":{"k":1}})", {}));
   write_bytes(st / "bad_short.safetensors", {0x02, 0, 0});
+  // A shape entry nested 2000 arrays deep (the regression of a stack overflow at ~10^5).
+  write_bytes(st / "bad_deep_shape.safetensors",
+              raw(R"({"a":{"dtype":"U8","shape":[1,)" + std::string(2000, '[') + std::string(2000, ']') +
+                      R"(],"data_offsets":[0,1]}})",
+                  {7}));
   return 0;
 }

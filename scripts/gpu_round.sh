@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One whole round of GPU work on a machine with a GPU, over an already-built tree:
+# GPU tests, the validation suite, the main job, the benchmark beside the PyTorch
+# baseline, compute-sanitizer, and (optionally) the Python package's GPU tests.
+#   scripts/gpu_round.sh BUILD_DIR OUT_DIR [sections...]
+# sections: tests validate run bench sanitize python (default: all). Prints a short
+# summary table last; logs and JSON go to OUT_DIR.
+set -uo pipefail
+B=${1:?build dir}; O=${2:?output dir}; shift 2
+sections=${*:-tests validate run bench sanitize python}
+mkdir -p "$O"
+summary=()
+note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
+has() { [[ " $sections " == *" $1 "* ]]; }
+last_line() { grep -E "$2" "$1" | tail -1; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$O/gpu.txt"
+
+if has tests; then
+  for t in "$B"/tests/test_engine "$B"/tests/test_suite_cuda; do
+    n=$(basename "$t")
+    timeout 400 "$t" --gtest_brief=1 > "$O/$n.log" 2>&1
+    note "$n" "rc=$? $(last_line "$O/$n.log" 'PASSED|FAILED' )"
+  done
+fi
+if has validate; then
+  timeout 400 "$B"/mxmoe validate --suite all --backend cuda --json "$O/validate_cuda.json" > "$O/validate_cuda.log" 2>&1
+  note "validate --suite all cuda" "rc=$? $(last_line "$O/validate_cuda.log" 'passed')"
+fi
+if has run; then
+  timeout 120 "$B"/mxmoe run > "$O/run.log" 2>&1
+  note "mxmoe run (main job)" "rc=$? $(last_line "$O/run.log" 'passed')"
+fi
+if has bench; then
+  timeout 200 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32,128 --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
+  note "torch baseline" "rc=$?"
+  timeout 300 "$B"/mxmoe bench --tokens 1,2,4,8,16,32,128 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
+  note "mxmoe bench" "rc=$?"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B"/tests/test_engine --gtest_brief=1 \
+      > "$O/sanitizer_$tool.log" 2>&1
+    note "compute-sanitizer $tool" "rc=$? $(last_line "$O/sanitizer_$tool.log" 'ERROR SUMMARY|PASSED|FAILED')"
+  done
+fi
+if has python; then
+  # The extension is built here (the device has nanobind, scikit-build-core and torch);
+  # CLI11/nlohmann headers travel in .devdeps when the machine lacks them.
+  [ -d .devdeps ] && export CMAKE_PREFIX_PATH="$PWD/.devdeps${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  MXMOE_CUDA_ARCHS=90a timeout 400 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/mxmoe_py . \
+    > "$O/python_build.log" 2>&1
+  note "python build" "rc=$?"
+  PYTHONPATH=/tmp/mxmoe_py timeout 300 python3 -m pytest -q python/tests -p no:cacheprovider > "$O/pytest.log" 2>&1
+  note "pytest (GPU machine)" "rc=$? $(tail -1 "$O/pytest.log")"
+  PYTHONPATH=/tmp/mxmoe_py timeout 120 python3 examples/kimi_k3_layer.py > "$O/example.log" 2>&1
+  note "examples/kimi_k3_layer.py" "rc=$? $(tail -1 "$O/example.log")"
+fi
+[ -f "$O/bench.log" ] && tail -20 "$O/bench.log"
+printf '%s\n' "${summary[@]}"
