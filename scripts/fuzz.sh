@@ -51,7 +51,7 @@ for t in "${TARGETS[@]}"; do
   if "$BUILD/tests/fuzz/$t" -max_total_time="$SECONDS_PER_TARGET" -dict=tests/fuzz/safetensors.dict \
       -rss_limit_mb=2048 -timeout=25 -print_final_stats=1 -artifact_prefix="$ART/$t-" \
       "$WORK/$t" >"$WORK/$t.log" 2>&1; then
-    grep -E '^#[0-9]+ +DONE|^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$WORK/$t.log" || true
+    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$WORK/$t.log" || true
     echo "fuzz: $t: no finding ($(ls "$WORK/$t" | wc -l) corpus files)"
   else
     status=1

@@ -4,9 +4,11 @@
 # baseline, compute-sanitizer, and (optionally) the Python package's GPU tests.
 #   scripts/gpu_round.sh BUILD_DIR OUT_DIR [sections...]
 # sections: tests validate run bench sanitize python (default: all). Prints a short
-# summary table last; logs and JSON go to OUT_DIR.
+# summary table last; logs and JSON go to OUT_DIR/round.tgz (one file: the device tool
+# brings back at most 8), the summary also to OUT_DIR/summary.txt.
 set -uo pipefail
-B=${1:?build dir}; O=${2:?output dir}; shift 2
+B=${1:?build dir}; OUT_DIR=${2:?output dir}; shift 2
+O=$(mktemp -d)
 sections=${*:-tests validate run bench sanitize python}
 mkdir -p "$O"
 summary=()
@@ -57,4 +59,7 @@ if has python; then
   note "examples/kimi_k3_layer.py" "rc=$? $(tail -1 "$O/example.log")"
 fi
 [ -f "$O/bench.log" ] && tail -20 "$O/bench.log"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$O/summary.txt"
+mkdir -p "$OUT_DIR"
+cp "$O/summary.txt" "$OUT_DIR/"
+tar czf "$OUT_DIR/round.tgz" -C "$O" .

@@ -176,6 +176,16 @@ TEST(HardeningSafetensors, OpenRejectsADirectoryAndAFileShorterThanTheLengthFiel
   std::remove(shortf.c_str());
 }
 
+TEST(HardeningSafetensors, OpenOfAFifoIsRejectedWithoutBlocking) {
+  // Regression (issue 7): open() blocked forever on a FIFO with no writer, before the
+  // regular-file check could reject it.
+  const std::string fifo = temp_path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_CONTAINS(format_error([&] { SafetensorsFile::open(fifo); }), "not a regular file");
+  EXPECT_CONTAINS(format_error([&] { load_checkpoint(fifo, {}); }), "not a regular file");
+  std::remove(fifo.c_str());
+}
+
 TEST(HardeningSafetensors, ParseOfNullWithNonZeroSizeIsInvalidArgument) {
   EXPECT_EQ(rejected_argument([] { SafetensorsFile::parse(nullptr, 16); }), "data");
 }
