@@ -26,9 +26,13 @@ namespace mxmoe::cuda_detail {
 //
 //   packed u32 [E][RG][KC][mt 4][lane 32][4] = { w(g, blk 2kc), w(g+8, 2kc),
 //                                              w(g, 2kc+1), w(g+8, 2kc+1) }
-//   scale  u32 [E][RG][KC][mt 4][g 8]        = bytes { s(g,2kc), s(g+8,2kc),
+//   scale  u32 [E][RG][KC][g 8][mt 4]        = bytes { s(g,2kc), s(g+8,2kc),
 //                                                      s(g,2kc+1), s(g+8,2kc+1) }
-// (row r = 64*rg + 16*mt + g; w(r, b) = packed bytes [16b + 4t, 16b + 4t + 4) of row r.)
+// (row r = 64*rg + 16*mt + g; w(r, b) = the 8 codes of packed bytes [16b + 4t, +4) of
+// row r, bit-scattered for a cheap FP16 decode: pair p = elements {2p, 2p+1} keeps its
+// magnitude bits at {9, 6, 0, 3}[p] (+16 for the odd element) and its sign bit at
+// {15, 12, 13, 14}[p] (+16); see fp4x8_to_f16 in mx_mma.cuh. A lane's four scale words
+// of one chunk are one 16-byte load.)
 // Rows are padded to a multiple of 64 and K to a multiple of 64 with code 0 and scale
 // byte 127 (1.0): padding contributes exact zeros and never NaN; the kernels also skip
 // MX blocks past K, so activation padding is never read.
@@ -104,6 +108,10 @@ struct PermuteParams {
   uint32_t* error = nullptr;
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
+/// launch_quantize_x + launch_permute, in one launch when the problem is small.
+void launch_quantize_permute(const PermuteParams& p, const uint16_t* x, int64_t hidden,
+                             ScaleRule rule, uint8_t* codes, uint8_t* scales,
+                             cudaStream_t stream);
 
 struct Gemm1Params {
   MatView w13;                       // rows 2N (kernel layout), cols K

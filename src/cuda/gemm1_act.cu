@@ -18,6 +18,7 @@
 
 #include "common.cuh"
 #include "engine.h"
+#include "heuristics.h"
 #include "mx_mma.cuh"
 #include "mxmoe/activation_math.h"
 
@@ -127,6 +128,132 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
   }
 }
 
+
+// Decode path (heuristics.h): same work split and epilogue, E4M3 x through the FP16
+// mainloop with the weights streamed D chunks deep. Each block stages its token tile's
+// row pointers and x scales in shared memory once; all 4 warps share them.
+template <int NT, int D, bool kFp8Inter>
+__global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Params p) {
+  constexpr int BT = 8 * NT;
+  extern __shared__ float s_sx[];  // [K/32][BT]
+  __shared__ float s_back[BT], s_adj[BT];
+  __shared__ const uint8_t* s_row[BT];
+  __shared__ const uint8_t* s_rsc[BT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int e = blockIdx.y;
+  const int rg = blockIdx.x * kWarps + warp;
+  const bool active = rg < p.w13.rg;  // inactive warps still take part in the barriers
+  const int count = p.counts[e];
+  if (count == 0) return;  // block-uniform
+  const int off = p.offsets[e];
+  const int64_t K = p.hidden, N = p.intermediate;
+  const int kbK = static_cast<int>(K / kMxBlock);
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const int rgc = active ? rg : 0;
+  const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 4 * 32;
+  const uint4* ws4 = reinterpret_cast<const uint4*>(p.w13.scale) +
+                     (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 8;
+  const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
+  const uint8_t* x = static_cast<const uint8_t*>(p.x);
+
+  for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
+    const int valid = min(BT, count - tile * BT);
+    if (threadIdx.x < BT) {
+      const uint8_t* row = nullptr;
+      const uint8_t* rsc = nullptr;
+      if (static_cast<int>(threadIdx.x) < valid) {
+        const int64_t tok = p.row_map[off + tile * BT + threadIdx.x] / p.top_k;
+        row = x + tok * K;
+        rsc = p.x_scale + tok * kbK;
+      }
+      s_row[threadIdx.x] = row;
+      s_rsc[threadIdx.x] = rsc;
+    }
+    __syncthreads();
+    stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_adj);
+    __syncthreads();
+    if (active) {
+      const uint8_t* brow[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) brow[nt] = s_row[nt * 8 + g];
+      float acc[4][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+      warp_mma_fast<NT, D>(acc, wp, ws4, p.w13.kc, kbK, brow, s_sx, (valid + 7) / 8);
+
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = tile * BT + nt * 8 + 2 * t + c;
+          const bool ok = r < count;
+          const int64_t grow = off + r;
+          const float back = s_back[nt * 8 + 2 * t + c];
+          float v[2][2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int lr = 16 * i + 8 * h + g;
+              float gate = acc[i][nt][2 * h + c] * back;
+              float up = acc[i + 2][nt][2 * h + c] * back;
+              if (bias) {
+                gate = gate + bias[lr];
+                up = up + bias[32 + lr];
+              }
+              v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+            }
+          if constexpr (kFp8Inter) {
+            float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])),
+                               fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+            const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+            const float inv = fmt::mx_inv_scale(sb);
+            if (ok) {
+              uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                  codes[16 * i + 8 * h + g] = fmt::float_to_e4m3(v[i][h] * inv);
+              if (g == 0) p.inter_scale[grow * kbN + rg] = sb;
+            }
+          } else {
+            if (ok) {
+              uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+              for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) o[16 * i + 8 * h + g] = fmt::float_to_bf16(v[i][h]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next tile rewrites the shared staging
+  }
+}
+
+template <int NT, int D, bool kFp8Inter>
+void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
+  constexpr int BT = 8 * NT;
+  const int64_t tiles = (p.tokens + BT - 1) / BT;
+  const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(p.num_local),
+                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+  const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float);
+  gemm1_fast_kernel<NT, D, kFp8Inter><<<grid, kWarps * 32, smem, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
+}
+
 template <int NT, bool kFp8X, bool kFp8Inter>
 void launch_t(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -142,11 +269,22 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-int gemm_token_tile(int64_t tokens) { return tokens <= 8 ? 8 : 32; }
+int gemm_token_tile(int64_t tokens) { return 8 * plan_gemm(tokens, true, 0).nt; }
 
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
-  const bool small = gemm_token_tile(p.tokens) == 8;
-  const int sel = (small ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
+  const GemmPlan plan = plan_gemm(p.tokens, p.x_fp8, p.hidden / kMxBlock);
+  if (plan.fast) {
+    const int sel = (plan.nt == 1 ? 0 : plan.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
+    switch (sel) {
+      case 0: return launch_fast<1, 4, false>(p, stream);
+      case 1: return launch_fast<1, 4, true>(p, stream);
+      case 2: return launch_fast<2, 3, false>(p, stream);
+      case 3: return launch_fast<2, 3, true>(p, stream);
+      case 4: return launch_fast<4, 2, false>(p, stream);
+      default: return launch_fast<4, 2, true>(p, stream);
+    }
+  }
+  const int sel = (plan.nt == 1 ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
   switch (sel) {
     case 0: return launch_t<4, false, false>(p, stream);
     case 1: return launch_t<4, false, true>(p, stream);

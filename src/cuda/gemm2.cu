@@ -6,6 +6,7 @@
 
 #include "common.cuh"
 #include "engine.h"
+#include "heuristics.h"
 #include "mx_mma.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -81,6 +82,93 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
   }
 }
 
+
+// Decode path (heuristics.h): E4M3 intermediate through the FP16 mainloop, weights
+// streamed D chunks deep, the token tile's row scales staged once per block.
+template <int NT, int D>
+__global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Params p) {
+  constexpr int BT = 8 * NT;
+  extern __shared__ float s_sx[];  // [N/32][BT]
+  __shared__ float s_back[BT], s_adj[BT];
+  __shared__ const uint8_t* s_rsc[BT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int e = blockIdx.y;
+  const int rg = blockIdx.x * kWarps + warp;
+  const bool active = rg < p.w2.rg;
+  const int count = p.counts[e];
+  if (count == 0) return;  // block-uniform
+  const int off = p.offsets[e];
+  const int64_t K = p.hidden, N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const int rgc = active ? rg : 0;
+  const uint4* wp = p.w2.packed + (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 4 * 32;
+  const uint4* ws4 = reinterpret_cast<const uint4*>(p.w2.scale) +
+                     (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 8;
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
+  const uint8_t* inter = static_cast<const uint8_t*>(p.inter);
+
+  for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
+    const int valid = min(BT, count - tile * BT);
+    if (threadIdx.x < BT)
+      s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
+                               ? p.inter_scale + static_cast<int64_t>(off + tile * BT + threadIdx.x) * kbN
+                               : nullptr;
+    __syncthreads();
+    stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_adj);
+    __syncthreads();
+    if (active) {
+      const uint8_t* brow[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int r = tile * BT + nt * 8 + g;
+        brow[nt] = r < count ? inter + static_cast<int64_t>(off + r) * N : nullptr;
+      }
+      float acc[4][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+      warp_mma_fast<NT, D>(acc, wp, ws4, p.w2.kc, kbN, brow, s_sx, (valid + 7) / 8);
+
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int r = tile * BT + nt * 8 + 2 * t + c;
+          if (r >= count) continue;
+          const float back = s_back[nt * 8 + 2 * t + c];
+          float* yr = p.y + static_cast<int64_t>(off + r) * K;
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int64_t col = 64 * rg + 16 * mt + 8 * h + g;
+              if (col >= K) continue;
+              float v = acc[mt][nt][2 * h + c] * back;
+              if (bias) v = v + bias[col];
+              yr[col] = v;
+            }
+        }
+    }
+    __syncthreads();  // the next tile rewrites the shared staging
+  }
+}
+
+template <int NT, int D>
+void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
+  constexpr int BT = 8 * NT;
+  const int64_t tiles = (p.tokens + BT - 1) / BT;
+  const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(p.num_local),
+                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float);
+  gemm2_fast_kernel<NT, D><<<grid, kWarps * 32, smem, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
+}
+
 template <int NT, bool kFp8>
 void launch_t(const Gemm2Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -95,8 +183,15 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
-  const bool small = gemm_token_tile(p.tokens) == 8;
-  const int sel = (small ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
+  const GemmPlan plan = plan_gemm(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
+  if (plan.fast) {
+    switch (plan.nt) {
+      case 1: return launch_fast<1, 4>(p, stream);
+      case 2: return launch_fast<2, 3>(p, stream);
+      default: return launch_fast<4, 2>(p, stream);
+    }
+  }
+  const int sel = (plan.nt == 1 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
   switch (sel) {
     case 0: return launch_t<4, false>(p, stream);
     case 1: return launch_t<4, true>(p, stream);

@@ -154,11 +154,22 @@ void tile_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t experts, in
   const int64_t row_bytes = cols / 2;
   tp.assign(static_cast<size_t>(experts * d.u32_per_expert()), 0u);
   ts.assign(static_cast<size_t>(experts * d.scale_u32_per_expert()), 0x7F7F7F7Fu);  // 1.0
+  // One lane word: the 8 codes of row r, elements [32kb + 8t, +8), bit-scattered so that
+  // fp4x8_to_f16 (mx_mma.cuh) decodes pair p = {element 2p, 2p+1} with one or two masks:
+  // magnitude bits at kMagPos[p] (+16 for the odd element), sign bit at kSignPos[p].
   auto word = [&](int64_t e, int64_t r, int64_t kb, int t) -> uint32_t {
     if (r >= rows || kb >= kb_real) return 0u;
     uint32_t w;
     std::memcpy(&w, packed + (e * rows + r) * row_bytes + kb * 16 + 4 * t, 4);
-    return w;
+    constexpr int kMagPos[4] = {9, 6, 0, 3}, kSignPos[4] = {15, 12, 13, 14};
+    uint32_t q = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t c = (w >> (4 * j)) & 0xFu;
+      const int pair = j / 2, half = 16 * (j % 2);
+      q |= (c & 7u) << (kMagPos[pair] + half);
+      q |= (c >> 3) << (kSignPos[pair] + half);
+    }
+    return q;
   };
   auto sbyte = [&](int64_t e, int64_t r, int64_t kb) -> uint32_t {
     if (r >= rows || kb >= kb_real) return 0x7Fu;
@@ -180,7 +191,8 @@ void tile_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t experts, in
           }
           for (int g = 0; g < 8; ++g) {
             const int64_t r0 = 64 * rg + 16 * mt + g, r1 = r0 + 8;
-            ts[static_cast<size_t>(tile * 8 + g)] =
+            const int64_t chunk = (e * d.rg + rg) * d.kc + kc;
+            ts[static_cast<size_t>((chunk * 8 + g) * 4 + mt)] =
                 sbyte(e, r0, 2 * kc) | (sbyte(e, r1, 2 * kc) << 8) |
                 (sbyte(e, r0, 2 * kc + 1) << 16) | (sbyte(e, r1, 2 * kc + 1) << 24);
           }
@@ -431,14 +443,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   const void* x = args.x;
   const uint8_t* xs = args.x_scale;
   bool x_fp8 = args.x_format == InputFormat::MXFP8;
-  if (cfg.input_format == InputFormat::MXFP8 && !x_fp8) {
-    uint8_t* q = reinterpret_cast<uint8_t*>(ws + L.xq);
-    uint8_t* qs = reinterpret_cast<uint8_t*>(ws + L.xq_scale);
-    launch_quantize_x(static_cast<const uint16_t*>(args.x), M, K, cfg.scale_rule, q, qs, st);
-    x = q;
-    xs = qs;
-    x_fp8 = true;
-  }
+  const bool quantize = cfg.input_format == InputFormat::MXFP8 && !x_fp8;
+  uint8_t* q = reinterpret_cast<uint8_t*>(ws + L.xq);
+  uint8_t* qs = reinterpret_cast<uint8_t*>(ws + L.xq_scale);
 
   PermuteParams pp;
   pp.ids = ids;
@@ -452,7 +459,14 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
-  launch_permute(pp, st);
+  if (quantize) {
+    launch_quantize_permute(pp, static_cast<const uint16_t*>(args.x), K, cfg.scale_rule, q, qs, st);
+    x = q;
+    xs = qs;
+    x_fp8 = true;
+  } else {
+    launch_permute(pp, st);
+  }
 
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
   Gemm1Params g1;

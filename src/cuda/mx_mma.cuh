@@ -14,6 +14,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "engine.h"
@@ -22,18 +26,36 @@
 
 namespace mxmoe::cuda_detail {
 
-/// Four E2M1 codes (the low 16 bits of `w`, code i in nibble i) -> two bf16x2 words:
-/// r01 = {bf16(c0), bf16(c1)}, r23 = {bf16(c2), bf16(c3)}. Byte-permute table lookup of
-/// the magnitude's two BF16 bytes, then the sign bit.
-__device__ __forceinline__ void e2m1x4_to_bf16(uint32_t w, uint32_t& r01, uint32_t& r23) {
-  // BF16 bits of 0, 0.5, 1, 1.5, 2, 3, 4, 6 split into low bytes and high bytes.
-  constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;
-  constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
-  const uint32_t sel = w & 0x7777u;  // bit 3 of a selector nibble would sign-replicate
-  const uint32_t lo = __byte_perm(kLo0, kLo1, sel);
-  const uint32_t hi = __byte_perm(kHi0, kHi1, sel);
-  r01 = __byte_perm(lo, hi, 0x5140) | ((w << 12) & 0x8000u) | ((w << 24) & 0x80000000u);
-  r23 = __byte_perm(lo, hi, 0x7362) | ((w << 4) & 0x8000u) | ((w << 16) & 0x80000000u);
+/// One tiled weight word (8 E2M1 values of one row: elements 8t..8t+7 of an MX block,
+/// bit-scattered at load time by tile_mxfp4, see engine.h) -> four f16x2 words holding
+/// value * 2^-14 (exact: E2M1's 2-bit exponent and 1-bit mantissa land in the FP16
+/// exponent's low bits and the mantissa's top bit; code 0.5 becomes the FP16 subnormal
+/// 2^-15). r[p] = {element 2p, element 2p+1}. Six logic ops for eight values.
+__device__ __forceinline__ void fp4x8_to_f16(uint32_t q, uint32_t (&r)[4]) {
+  constexpr uint32_t kAll = 0x8E008E00u, kMag = 0x0E000E00u, kSign = 0x80008000u;
+  r[0] = q & kAll;
+  r[1] = (q << 3) & kAll;
+  r[2] = ((q << 9) & kMag) | ((q << 2) & kSign);
+  r[3] = ((q << 6) & kMag) | ((q << 1) & kSign);
+}
+
+/// Same word -> four bf16x2 words holding the exact E2M1 values (generic path).
+__device__ __forceinline__ void fp4x8_to_bf16(uint32_t q, uint32_t (&r)[4]) {
+  uint32_t h[4];
+  fp4x8_to_f16(q, h);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 16384.0f, f.y * 16384.0f);
+    r[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+/// Two E4M3 codes (low byte first) -> f16x2 of their exact values (NaN stays NaN).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 /// One E4M3 code -> BF16 bits, exact (NaN code -> NaN).
@@ -99,18 +121,19 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
 
   uint4 wcur[4], wnxt[4];
   uint32_t scur[4], snxt[4];
+  const uint4* ws4 = reinterpret_cast<const uint4*>(ws);
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-    wcur[mt] = ldg_stream_u4(wp + mt * 32 + lane);
-    scur[mt] = __ldg(ws + mt * 8 + g);
+  for (int mt = 0; mt < 4; ++mt) wcur[mt] = ldg_stream_u4(wp + mt * 32 + lane);
+  {
+    const uint4 sv = __ldg(ws4 + g);
+    scur[0] = sv.x; scur[1] = sv.y; scur[2] = sv.z; scur[3] = sv.w;
   }
   for (int kc = 0; kc < kc_count; ++kc) {
     if (kc + 1 < kc_count) {
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        wnxt[mt] = ldg_stream_u4(wp + ((kc + 1) * 4 + mt) * 32 + lane);
-        snxt[mt] = __ldg(ws + ((kc + 1) * 4 + mt) * 8 + g);
-      }
+      for (int mt = 0; mt < 4; ++mt) wnxt[mt] = ldg_stream_u4(wp + ((kc + 1) * 4 + mt) * 32 + lane);
+      const uint4 sv = __ldg(ws4 + (kc + 1) * 8 + g);
+      snxt[0] = sv.x; snxt[1] = sv.y; snxt[2] = sv.z; snxt[3] = sv.w;
     }
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
@@ -153,11 +176,11 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
       for (int mt = 0; mt < 4; ++mt) {
         const uint32_t w0 = b ? wcur[mt].z : wcur[mt].x;  // row g
         const uint32_t w1 = b ? wcur[mt].w : wcur[mt].y;  // row g + 8
-        uint32_t a_s0[4], a_s1[4];
-        e2m1x4_to_bf16(w0, a_s0[0], a_s0[2]);
-        e2m1x4_to_bf16(w0 >> 16, a_s1[0], a_s1[2]);
-        e2m1x4_to_bf16(w1, a_s0[1], a_s0[3]);
-        e2m1x4_to_bf16(w1 >> 16, a_s1[1], a_s1[3]);
+        uint32_t r0[4], r1[4];
+        fp4x8_to_bf16(w0, r0);
+        fp4x8_to_bf16(w1, r1);
+        const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
+        const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
         const float sw0 = e8m0_f((scur[mt] >> (16 * b)) & 0xFFu);
         const float sw1 = e8m0_f((scur[mt] >> (16 * b + 8)) & 0xFFu);
 #pragma unroll
@@ -179,6 +202,119 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
         scur[mt] = snxt[mt];
       }
     }
+  }
+}
+
+
+/// Decode-path warp mainloop (E4M3 operand B, FP16 MMAs), streaming this warp's 64
+/// weight rows with `D` 64-K chunks in flight per lane (a register ring, loads issued
+/// right after the slot is consumed).
+///   acc[mt][nt][.] += W x B^T for the 8-token tiles nt < nt_used (warp-uniform; the
+///   other tiles hold no rows and their MMAs are skipped);
+///   brow[nt]: this lane's B row (E4M3 codes of token g of tile nt) or null (zeros);
+///   s_sx: shared [kb][BT] floats: token scale * 2^14 (the FP16 weight bias) * range
+///   factor (b_row_range), so one fma folds each MX block exactly as warp_mma_mx does.
+template <int NT, int D>
+__device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const uint4* __restrict__ wp,
+                                              const uint4* __restrict__ ws4, int kc_count,
+                                              int kb_count, const uint8_t* const (&brow)[NT],
+                                              const float* s_sx, int nt_used) {
+  constexpr int BT = 8 * NT;
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  uint4 wbuf[D][4];
+  uint4 sbuf[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (d < kc_count) {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) wbuf[d][mt] = ldg_stream_u4(wp + (d * 4 + mt) * 32 + lane);
+      sbuf[d] = __ldg(ws4 + d * 8 + g);
+    }
+  for (int kc0 = 0; kc0 < kc_count; kc0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int kc = kc0 + d;
+      if (kc >= kc_count) break;  // warp-uniform
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int kb = 2 * kc + b;
+        if (kb >= kb_count) break;  // warp-uniform: K % 64 == 32 tail
+        uint32_t bf[NT][4];
+        float2 sx[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (nt < nt_used) {
+            uint2 v = make_uint2(0u, 0u);
+            if (brow[nt] != nullptr)
+              v = __ldg(reinterpret_cast<const uint2*>(brow[nt] + kb * 32 + 8 * t));
+            bf[nt][0] = e4m3x2_to_f16x2(v.x);
+            bf[nt][1] = e4m3x2_to_f16x2(v.x >> 16);
+            bf[nt][2] = e4m3x2_to_f16x2(v.y);
+            bf[nt][3] = e4m3x2_to_f16x2(v.y >> 16);
+            sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
+          }
+        }
+        const uint32_t sws[4] = {sbuf[d].x, sbuf[d].y, sbuf[d].z, sbuf[d].w};
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          const uint32_t w0 = b ? wbuf[d][mt].z : wbuf[d][mt].x;  // row g
+          const uint32_t w1 = b ? wbuf[d][mt].w : wbuf[d][mt].y;  // row g + 8
+          uint32_t r0[4], r1[4];
+          fp4x8_to_f16(w0, r0);
+          fp4x8_to_f16(w1, r1);
+          const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
+          const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
+          const float sw0 = e8m0_f((sws[mt] >> (16 * b)) & 0xFFu);
+          const float sw1 = e8m0_f((sws[mt] >> (16 * b + 8)) & 0xFFu);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            if (nt < nt_used) {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+              mma_f16_16816(part, a_s0, bf[nt][0], bf[nt][1]);
+              mma_f16_16816(part, a_s1, bf[nt][2], bf[nt][3]);
+              acc[mt][nt][0] = __fmaf_rn(part[0], sw0 * sx[nt].x, acc[mt][nt][0]);
+              acc[mt][nt][1] = __fmaf_rn(part[1], sw0 * sx[nt].y, acc[mt][nt][1]);
+              acc[mt][nt][2] = __fmaf_rn(part[2], sw1 * sx[nt].x, acc[mt][nt][2]);
+              acc[mt][nt][3] = __fmaf_rn(part[3], sw1 * sx[nt].y, acc[mt][nt][3]);
+            }
+          }
+        }
+      }
+      if (kc + D < kc_count) {
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+          wbuf[d][mt] = ldg_stream_u4(wp + ((kc + D) * 4 + mt) * 32 + lane);
+        sbuf[d] = __ldg(ws4 + (kc + D) * 8 + g);
+      }
+    }
+  }
+}
+
+/// Stages one token tile's B-row scales for warp_mma_fast (called by every thread of the
+/// block; a __syncthreads must follow before use):
+///   s_sx[kb][BT] = e8m0(scale) * 2^14 * adj(row), s_back[BT] = 2^D(row)
+/// with the range factors of b_row_range; rows past `valid` get 0 and 1.
+template <int BT>
+__device__ __forceinline__ void stage_b_scales(const uint8_t* const* rows_scale, int valid,
+                                               int kb_count, float* s_sx, float* s_back,
+                                               float* s_adj) {
+  const int tid = threadIdx.x, nthreads = blockDim.x;
+  if (tid < BT) {
+    int mx = 0;
+    if (tid < valid)
+      for (int b = 0; b < kb_count; ++b) {
+        const int v = rows_scale[tid][b];
+        if (v != 0xFF && v > mx) mx = v;
+      }
+    const int d = max(0, mx - 127 - 64);
+    s_adj[tid] = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
+    s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+  }
+  __syncthreads();
+  for (int i = tid; i < kb_count * BT; i += nthreads) {
+    const int kb = i / BT, r = i % BT;
+    s_sx[i] = r < valid ? e8m0_f(rows_scale[r][kb]) * s_adj[r] : 0.0f;
   }
 }
 

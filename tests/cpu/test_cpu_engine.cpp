@@ -122,7 +122,7 @@ double rms_finite(const std::vector<double>& v) {
 bool same_bits(const Output& a, const Output& b) {
   return a.format == b.format && a.tokens == b.tokens && a.hidden == b.hidden && a.bf16 == b.bf16 &&
          a.fp32.size() == b.fp32.size() &&
-         std::memcmp(a.fp32.data(), b.fp32.data(), a.fp32.size() * sizeof(float)) == 0;
+         (a.fp32.empty() || std::memcmp(a.fp32.data(), b.fp32.data(), a.fp32.size() * sizeof(float)) == 0);
 }
 
 // ------------------------------------------------------------------ SPEC §8 bounds

@@ -487,6 +487,7 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   REQUIRE_GPU();
   const StageCase cases[] = {
       {Activation::SiTU, true, true, false, 8, 128, 64},      // decode tile (NT=1)
+      {Activation::SiTU, true, true, false, 12, 160, 64},     // decode path, NT=2, 3 chunks
       {Activation::SiTU, true, true, false, 20, 96, 96},      // NT=4, K % 64 == 32
       {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96},  // biases
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
@@ -574,6 +575,8 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) 
 TEST(Gemm2, ExactGridBitExactFormatsTilesTailsAndEmptyExpert) {
   REQUIRE_GPU();
   run_gemm2_stage(true, 6, 128, 64, false);   // decode tile
+  run_gemm2_stage(true, 12, 128, 160, false); // decode path NT=2, ring wraps
+  run_gemm2_stage(true, 20, 96, 96, true);    // decode path NT=4, K tail, 2nd tile idle
   run_gemm2_stage(true, 40, 96, 96, true);    // NT=4, row tail and K tail, bias
   run_gemm2_stage(false, 7, 64, 128, false);
   run_gemm2_stage(false, 70, 160, 32, true);

@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ostream>
 
 #include "mxmoe/cuda.h"
 #include "mxmoe/suite.h"
+
+namespace mxmoe {
+// Print a case by its name (GoogleTest would otherwise dump the struct's bytes).
+void PrintTo(const SuiteCase& c, std::ostream* os) { *os << c.name; }
+}  // namespace mxmoe
 
 namespace {
 
