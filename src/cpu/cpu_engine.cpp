@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "parallel.h"
 #include "mxmoe/activation_math.h"
 #include "mxmoe/error.h"
 #include "mxmoe/formats.h"
@@ -31,36 +32,6 @@
 namespace mxmoe {
 
 namespace {
-
-// Items [0, n) pulled from a shared counter by up to `threads` workers; `worker` picks
-// the scratch space, never the arithmetic.
-void run_items(int64_t n, int threads, const std::function<void(int64_t, int)>& body) {
-  const int nt = static_cast<int>(std::min<int64_t>(threads, n));
-  if (nt <= 1) {
-    for (int64_t i = 0; i < n; ++i) body(i, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex mu;
-  auto work = [&](int worker) {
-    for (int64_t i; (i = next.fetch_add(1)) < n;) {
-      try {
-        body(i, worker);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-        next.store(n);
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
-}
 
 // Eight fp32 lanes, lane l accumulating k = l (mod 8) in increasing k; lanes then
 // combine as a fixed pairwise tree. Like the tensor-core kernels: fp32 partial sums in
@@ -198,8 +169,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
   validate_forward_inputs(cfg, w, x, routing);
   const int64_t M = x.tokens, K = cfg.hidden, N = cfg.intermediate, E = w.num_local;
   const int64_t top_k = cfg.top_k;
-  const int nt = threads > 0 ? threads
-                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int nt = cpu::resolve_threads(threads);
 
   std::vector<float> result(static_cast<size_t>(M * K), 0.0f);
   // Token batches bound the per-pair buffers (act [P][N], y [P][K] floats) to ~256 MiB;
@@ -239,7 +209,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
 
     // ---- activations of the batch as floats (exact: E4M3 x E8M0 or BF16).
     std::vector<float> xf(static_cast<size_t>(mb * K));
-    run_items(mb, nt, [&](int64_t t, int) {
+    cpu::parallel_for(mb, nt, [&](int64_t t, int) {
       const int64_t base = (t0 + t) * K;
       float* d = &xf[t * K];
       if (x.format == InputFormat::BF16) {
@@ -258,7 +228,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
     // ---- GEMM1 + activation + requantization, one 64-row tile of W13 per item.
     std::vector<float> act(static_cast<size_t>(P * N));
     const int64_t tiles1 = N / kGateUpChunk;
-    run_items(na * tiles1, nt, [&](int64_t item, int worker) {
+    cpu::parallel_for(na * tiles1, nt, [&](int64_t item, int worker) {
       const int64_t e = active[item / tiles1], tile = item % tiles1;
       const int64_t p0 = offsets[e], np = offsets[e + 1] - p0;
       std::vector<float>& wt = wscratch[worker];
@@ -293,7 +263,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
     // ---- GEMM2, one 32-row tile of W2 per item.
     std::vector<float> y(static_cast<size_t>(P * K));
     const int64_t tiles2 = K / kTile2;
-    run_items(na * tiles2, nt, [&](int64_t item, int worker) {
+    cpu::parallel_for(na * tiles2, nt, [&](int64_t item, int worker) {
       const int64_t e = active[item / tiles2], tile = item % tiles2;
       const int64_t p0 = offsets[e], np = offsets[e + 1] - p0;
       std::vector<float>& wt = wscratch[worker];
@@ -315,7 +285,7 @@ void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations
     });
 
     // ---- finalize: fixed slot order, fp32.
-    run_items(mb, nt, [&](int64_t t, int) {
+    cpu::parallel_for(mb, nt, [&](int64_t t, int) {
       float* o = &result[(t0 + t) * K];
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t pos = slot_pos[t * top_k + j];

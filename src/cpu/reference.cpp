@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "parallel.h"
 #include "mxmoe/error.h"
 #include "mxmoe/formats.h"
 #include "mxmoe/layout.h"
@@ -45,44 +46,6 @@ void validate_forward_inputs(const MoeConfig& cfg, const ExpertWeights& w, const
 }
 
 namespace {
-
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Runs body(item, worker) for item in [0, n) on up to `threads` workers pulling items
-// from a shared counter. Items write disjoint outputs, so the schedule cannot change
-// the result; `worker` only selects scratch space.
-void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)>& body) {
-  const int nt = static_cast<int>(std::min<int64_t>(threads, n));
-  if (nt <= 1) {
-    for (int64_t i = 0; i < n; ++i) body(i, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex mu;
-  auto work = [&](int worker) {
-    for (;;) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        body(i, worker);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!error) error = std::current_exception();
-        next.store(n);
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nt; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
-}
 
 // Four doubles; GCC/Clang lower it to whatever SIMD the target has. Plain multiply and
 // add, never FMA (the baseline x86-64 target has none, and the AVX2 clone below does not
@@ -205,7 +168,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
   const Routing& rt = *p.routing;
   const int64_t M = p.tokens, K = cfg.hidden, N = cfg.intermediate, E = p.num_local;
   const int64_t top_k = cfg.top_k;
-  const int nt = resolve_threads(threads);
+  const int nt = cpu::resolve_threads(threads);
   out64.assign(static_cast<size_t>(M * K), 0.0);
 
   // Token batches keep the per-pair buffers (act [P][N], y [P][K]) near 256 MiB.
@@ -245,7 +208,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
     if (P == 0) continue;  // every row of the batch stays zero
 
     std::vector<double> xb(static_cast<size_t>(mb * K));
-    parallel_for(mb, nt, [&](int64_t t, int) { p.x_row(t0 + t, &xb[t * K]); });
+    cpu::parallel_for(mb, nt, [&](int64_t t, int) { p.x_row(t0 + t, &xb[t * K]); });
 
     std::vector<int64_t> experts;
     for (int64_t e = 0; e < E; ++e)
@@ -255,7 +218,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
     // GEMM1 + bias + activation + intermediate mirror.
     std::vector<double> act(static_cast<size_t>(P * N));
     const int64_t chunks1 = N / kGateUpChunk;
-    parallel_for(ne * chunks1, nt, [&](int64_t item, int worker) {
+    cpu::parallel_for(ne * chunks1, nt, [&](int64_t item, int worker) {
       const int64_t e = experts[item / chunks1], c = item % chunks1;
       const int64_t p0 = start[e], np = start[e + 1] - p0;
       std::vector<double>& w = wbuf[worker];
@@ -288,7 +251,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
     // GEMM2 + bias.
     std::vector<double> y(static_cast<size_t>(P * K));
     const int64_t chunks2 = K / kRows2;
-    parallel_for(ne * chunks2, nt, [&](int64_t item, int worker) {
+    cpu::parallel_for(ne * chunks2, nt, [&](int64_t item, int worker) {
       const int64_t e = experts[item / chunks2], c = item % chunks2;
       const int64_t p0 = start[e], np = start[e + 1] - p0;
       std::vector<double>& w = wbuf[worker];
@@ -310,7 +273,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
 
     // Finalize: slots in order 0..k-1, then the output scale.
     const double oscale = static_cast<double>(cfg.output_scale);
-    parallel_for(mb, nt, [&](int64_t t, int) {
+    cpu::parallel_for(mb, nt, [&](int64_t t, int) {
       double* o = &out64[(t0 + t) * K];
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t pos = pair_of[t * top_k + j];

@@ -1,6 +1,7 @@
 // layer.cu — CudaMoeLayer (cuda.h): device checks, weight tiling and upload, the shared
 // workspace layout, host-side argument validation, and the launch sequence
-//   [route] -> [quantize x] -> permute -> gemm1+act -> gemm2 -> finalize
+//   [route] -> [quantize x] -> permute -> gemm1+act -> gemm2 -> finalize (quantize and
+// permute are one launch for small problems; heuristics.h picks the GEMM paths),
 // all on the caller's stream: no allocation, no host synchronization, graph-capturable.
 #include <algorithm>
 #include <cmath>

@@ -8,6 +8,7 @@
 //            skipped and flagged, never used as an index);
 //   scatter: offsets[e] = sum of the counts before e, then the rows of expert e in pair
 //            order by a block-wide ballot prefix: row_map[row] = pair, pair_row[pair] = row.
+// Small problems use one block instead (permute_small_block below, heuristics.h).
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
 #include "common.cuh"
 #include "engine.h"
