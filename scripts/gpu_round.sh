@@ -19,7 +19,7 @@ last_line() { grep -E "$2" "$1" | tail -1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$O/gpu.txt"
 
 if has tests; then
-  for t in "$B"/tests/test_engine "$B"/tests/test_suite_cuda; do
+  for t in "$B"/tests/test_engine "$B"/tests/test_suite_cuda "$B"/tests/test_error_flags; do
     n=$(basename "$t")
     timeout 400 "$t" --gtest_brief=1 > "$O/$n.log" 2>&1
     note "$n" "rc=$? $(last_line "$O/$n.log" 'PASSED|FAILED' )"

@@ -67,6 +67,16 @@ class CudaMoeLayer {
   /// then enqueues the whole MoE on `stream` (a cudaStream_t).
   void forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, void* stream) const;
 
+  /// Device-side error flags of the last forward() that used `workspace`: bit
+  /// kErrorExpertIdOutOfRange means a topk id outside [-1, num_experts) was skipped
+  /// (never dereferenced; the slot contributed nothing). forward() writes the word on
+  /// the GPU without synchronizing the host, so a caller reads it after the fact:
+  /// error_flags_device() for a device-side reader (e.g. inside a captured graph),
+  /// read_error_flags() to copy it to the host (synchronizes `stream`).
+  static constexpr uint32_t kErrorExpertIdOutOfRange = 1u;
+  const uint32_t* error_flags_device(const void* workspace) const;
+  uint32_t read_error_flags(const void* workspace, void* stream) const;
+
   struct Impl;
  private:
   std::unique_ptr<Impl> impl_;

@@ -55,7 +55,14 @@ struct MatView {
   const uint4* packed = nullptr;    // [E][RG][KC][4][32] uint4
   const uint32_t* scale = nullptr;  // [E][RG][KC][4][8]
   int rows = 0, cols = 0, rg = 0, kc = 0;
+  /// [E][RG] 1 where the row group holds a scale byte 0x00 or 0xFF (special_scale_groups);
+  /// null: treat every group as special (the exact, slower conversion).
+  const uint8_t* special = nullptr;
 };
+/// Per (expert, 64-row group): 1 if any real scale byte of the group is 0x00 (2^-127) or
+/// 0xFF (NaN), which the decode path's two-op E8M0 conversion cannot represent.
+std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts, int64_t rows,
+                                          int64_t cols);
 
 // ---------------------------------------------------------------- workspace
 /// Where each buffer of one forward lives inside the caller's workspace. Sized and

@@ -136,7 +136,8 @@ template <int NT, int D, bool kFp8Inter>
 __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [K/32][BT]
-  __shared__ float s_back[BT], s_adj[BT];
+  __shared__ float s_back[BT];
+  __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_row[BT];
   __shared__ const uint8_t* s_rsc[BT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -157,10 +158,18 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
   const uint8_t* x = static_cast<const uint8_t*>(p.x);
+  // Weight scales without bytes 0 / 0xFF (flagged at load) take the two-op conversion.
+  const bool special =
+      p.w13.special == nullptr || p.w13.special[static_cast<size_t>(e) * p.w13.rg + rgc] != 0;
 
+  FastRing<D> ring;
   for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
     const int valid = min(BT, count - tile * BT);
+    // The first weight loads go out before the token-scale staging (they do not depend
+    // on it), so the HBM round trip overlaps the staging's L2 round trips.
+    if (active) fast_prefetch<D>(ring, wp, ws4, p.w13.kc);
     if (threadIdx.x < BT) {
+      s_mx[threadIdx.x] = 0;
       const uint8_t* row = nullptr;
       const uint8_t* rsc = nullptr;
       if (static_cast<int>(threadIdx.x) < valid) {
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
       s_rsc[threadIdx.x] = rsc;
     }
     __syncthreads();
-    stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_adj);
+    stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
     __syncthreads();
     if (active) {
       const uint8_t* brow[NT];
@@ -185,7 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast<NT, D>(acc, wp, ws4, p.w13.kc, kbK, brow, s_sx, (valid + 7) / 8);
+      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, p.w13.kc, kbK, brow, s_sx,
+                               (valid + 7) / 8);
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {

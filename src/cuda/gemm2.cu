@@ -89,7 +89,8 @@ template <int NT, int D>
 __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [N/32][BT]
-  __shared__ float s_back[BT], s_adj[BT];
+  __shared__ float s_back[BT];
+  __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_rsc[BT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -107,15 +108,21 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
                      (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 8;
   const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
   const uint8_t* inter = static_cast<const uint8_t*>(p.inter);
+  const bool special =
+      p.w2.special == nullptr || p.w2.special[static_cast<size_t>(e) * p.w2.rg + rgc] != 0;
 
+  FastRing<D> ring;
   for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
     const int valid = min(BT, count - tile * BT);
-    if (threadIdx.x < BT)
+    if (active) fast_prefetch<D>(ring, wp, ws4, p.w2.kc);  // before the staging
+    if (threadIdx.x < BT) {
+      s_mx[threadIdx.x] = 0;
       s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
                                ? p.inter_scale + static_cast<int64_t>(off + tile * BT + threadIdx.x) * kbN
                                : nullptr;
+    }
     __syncthreads();
-    stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_adj);
+    stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_mx);
     __syncthreads();
     if (active) {
       const uint8_t* brow[NT];
@@ -131,7 +138,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast<NT, D>(acc, wp, ws4, p.w2.kc, kbN, brow, s_sx, (valid + 7) / 8);
+      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, p.w2.kc, kbN, brow, s_sx,
+                               (valid + 7) / 8);
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

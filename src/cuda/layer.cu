@@ -200,6 +200,21 @@ void tile_mxfp4(const uint8_t* packed, const uint8_t* scale, int64_t experts, in
         }
 }
 
+std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts, int64_t rows,
+                                          int64_t cols) {
+  const TiledDims d = tiled_dims(rows, cols);
+  const int64_t kb = cols / kMxBlock;
+  std::vector<uint8_t> f(static_cast<size_t>(experts * d.rg), 0u);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* s = scale + (e * rows + r) * kb;
+      uint8_t& flag = f[static_cast<size_t>(e * d.rg + r / kRowsPerWarp)];
+      for (int64_t b = 0; b < kb && !flag; ++b)
+        if (s[b] == 0x00u || s[b] == 0xFFu) flag = 1u;
+    }
+  return f;
+}
+
 WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   const size_t M = static_cast<size_t>(tokens), k = static_cast<size_t>(cfg.top_k);
   const size_t K = static_cast<size_t>(cfg.hidden), N = static_cast<size_t>(cfg.intermediate);
@@ -242,7 +257,7 @@ struct CudaMoeLayer::Impl {
   bool has_routing = false;
   RoutingParams routing;
   TiledDims d13, d2;
-  DevPtr w13p, w13s, w2p, w2s, b13, b2, alpha, beta, limit, expert_map, router_bias;
+  DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
 };
 
 CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
@@ -313,6 +328,8 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     tile_mxfp4(weights.w2_packed.data(), weights.w2_scale.data(), s.num_local, K, N, tp, ts);
     s.w2p = upload(tp);
     s.w2s = upload(ts);
+    s.w13f = upload(special_scale_groups(weights.w13_scale.data(), s.num_local, 2 * N, K));
+    s.w2f = upload(special_scale_groups(weights.w2_scale.data(), s.num_local, K, N));
   }
   if (cfg.has_bias) {
     s.b13 = upload(weights.w13_bias);
@@ -473,7 +490,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   Gemm1Params g1;
   g1.w13 = MatView{static_cast<const uint4*>(s.w13p.get()), static_cast<const uint32_t*>(s.w13s.get()),
                    static_cast<int>(s.d13.rows), static_cast<int>(s.d13.cols),
-                   static_cast<int>(s.d13.rg), static_cast<int>(s.d13.kc)};
+                   static_cast<int>(s.d13.rg), static_cast<int>(s.d13.kc),
+                   static_cast<const uint8_t*>(s.w13f.get())};
   g1.bias = static_cast<const float*>(s.b13.get());
   g1.activation = static_cast<int>(cfg.activation.kind);
   g1.alpha = static_cast<const float*>(s.alpha.get());
@@ -499,7 +517,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   Gemm2Params g2;
   g2.w2 = MatView{static_cast<const uint4*>(s.w2p.get()), static_cast<const uint32_t*>(s.w2s.get()),
                   static_cast<int>(s.d2.rows), static_cast<int>(s.d2.cols),
-                  static_cast<int>(s.d2.rg), static_cast<int>(s.d2.kc)};
+                  static_cast<int>(s.d2.rg), static_cast<int>(s.d2.kc),
+                  static_cast<const uint8_t*>(s.w2f.get())};
   g2.bias = static_cast<const float*>(s.b2.get());
   g2.inter = g1.inter;
   g2.inter_scale = g1.inter_scale;

@@ -206,31 +206,55 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
 }
 
 
+/// E8M0 byte at bit offset `sh` (0, 8, 16, 24; a constant after unrolling) of `w` ->
+/// its float 2^(b-127) by moving the byte into the float exponent field: two integer
+/// ops. Right only for bytes 1..254; row groups holding a byte 0 (2^-127, a subnormal)
+/// or 0xFF (NaN) are flagged at load time (MatView::special) and take e8m0_f instead.
+__device__ __forceinline__ float e8m0_normal_at(uint32_t w, int sh) {
+  const uint32_t bits = sh <= 23 ? (w << (23 - sh)) : (w >> (sh - 23));
+  return __uint_as_float(bits & 0x7F800000u);
+}
+
+/// The decode mainloop's register ring: D 64-K chunks of this lane's weights (4 x 16 B)
+/// and their scale words (16 B). fast_prefetch fills it; kernels call it before staging
+/// the token scales so the first HBM round trip overlaps the staging.
+template <int D>
+struct FastRing {
+  uint4 w[D][4];
+  uint4 s[D];
+};
+template <int D>
+__device__ __forceinline__ void fast_prefetch(FastRing<D>& ring, const uint4* __restrict__ wp,
+                                              const uint4* __restrict__ ws4, int kc_count) {
+  const int lane = threadIdx.x & 31, g = lane >> 2;
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (d < kc_count) {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) ring.w[d][mt] = ldg_stream_u4(wp + (d * 4 + mt) * 32 + lane);
+      ring.s[d] = __ldg(ws4 + d * 8 + g);
+    }
+}
+
 /// Decode-path warp mainloop (E4M3 operand B, FP16 MMAs), streaming this warp's 64
-/// weight rows with `D` 64-K chunks in flight per lane (a register ring, loads issued
-/// right after the slot is consumed).
+/// weight rows with `D` 64-K chunks in flight per lane (the ring, filled by
+/// fast_prefetch; loads are issued right after a slot is consumed).
 ///   acc[mt][nt][.] += W x B^T for the 8-token tiles nt < nt_used (warp-uniform; the
 ///   other tiles hold no rows and their MMAs are skipped);
 ///   brow[nt]: this lane's B row (E4M3 codes of token g of tile nt) or null (zeros);
 ///   s_sx: shared [kb][BT] floats: token scale * 2^14 (the FP16 weight bias) * range
 ///   factor (b_row_range), so one fma folds each MX block exactly as warp_mma_mx does.
-template <int NT, int D>
-__device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const uint4* __restrict__ wp,
+///   kSpecial: the row group holds weight scale bytes 0 or 0xFF (exact e8m0_f); else the
+///   two-op conversion. Both give the same float for bytes 1..254.
+template <int NT, int D, bool kSpecial>
+__device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D>& ring,
+                                              const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_count,
                                               int kb_count, const uint8_t* const (&brow)[NT],
                                               const float* s_sx, int nt_used) {
   constexpr int BT = 8 * NT;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  uint4 wbuf[D][4];
-  uint4 sbuf[D];
-#pragma unroll
-  for (int d = 0; d < D; ++d)
-    if (d < kc_count) {
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) wbuf[d][mt] = ldg_stream_u4(wp + (d * 4 + mt) * 32 + lane);
-      sbuf[d] = __ldg(ws4 + d * 8 + g);
-    }
   for (int kc0 = 0; kc0 < kc_count; kc0 += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
@@ -255,18 +279,24 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const uint
             sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
           }
         }
-        const uint32_t sws[4] = {sbuf[d].x, sbuf[d].y, sbuf[d].z, sbuf[d].w};
+        const uint32_t sws[4] = {ring.s[d].x, ring.s[d].y, ring.s[d].z, ring.s[d].w};
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
-          const uint32_t w0 = b ? wbuf[d][mt].z : wbuf[d][mt].x;  // row g
-          const uint32_t w1 = b ? wbuf[d][mt].w : wbuf[d][mt].y;  // row g + 8
+          const uint32_t w0 = b ? ring.w[d][mt].z : ring.w[d][mt].x;  // row g
+          const uint32_t w1 = b ? ring.w[d][mt].w : ring.w[d][mt].y;  // row g + 8
           uint32_t r0[4], r1[4];
           fp4x8_to_f16(w0, r0);
           fp4x8_to_f16(w1, r1);
           const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
           const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
-          const float sw0 = e8m0_f((sws[mt] >> (16 * b)) & 0xFFu);
-          const float sw1 = e8m0_f((sws[mt] >> (16 * b + 8)) & 0xFFu);
+          float sw0, sw1;
+          if constexpr (kSpecial) {
+            sw0 = e8m0_f((sws[mt] >> (16 * b)) & 0xFFu);
+            sw1 = e8m0_f((sws[mt] >> (16 * b + 8)) & 0xFFu);
+          } else {
+            sw0 = e8m0_normal_at(sws[mt], 16 * b);
+            sw1 = e8m0_normal_at(sws[mt], 16 * b + 8);
+          }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             if (nt < nt_used) {
@@ -284,37 +314,59 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const uint
       if (kc + D < kc_count) {
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
-          wbuf[d][mt] = ldg_stream_u4(wp + ((kc + D) * 4 + mt) * 32 + lane);
-        sbuf[d] = __ldg(ws4 + (kc + D) * 8 + g);
+          ring.w[d][mt] = ldg_stream_u4(wp + ((kc + D) * 4 + mt) * 32 + lane);
+        ring.s[d] = __ldg(ws4 + (kc + D) * 8 + g);
       }
     }
   }
 }
 
+/// warp_mma_fast with the scale path picked per row group (warp-uniform).
+template <int NT, int D>
+__device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][NT][4],
+                                                  FastRing<D>& ring, const uint4* __restrict__ wp,
+                                                  const uint4* __restrict__ ws4, int kc_count,
+                                                  int kb_count, const uint8_t* const (&brow)[NT],
+                                                  const float* s_sx, int nt_used) {
+  if (special)
+    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_count, kb_count, brow, s_sx, nt_used);
+  else
+    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_count, kb_count, brow, s_sx, nt_used);
+}
+
 /// Stages one token tile's B-row scales for warp_mma_fast (called by every thread of the
-/// block; a __syncthreads must follow before use):
+/// block after rows_scale is visible; a __syncthreads must follow before use):
 ///   s_sx[kb][BT] = e8m0(scale) * 2^14 * adj(row), s_back[BT] = 2^D(row)
 /// with the range factors of b_row_range; rows past `valid` get 0 and 1.
+/// All threads load: the block's thread count is a multiple of BT, so thread `tid`
+/// always sees row tid % BT and keeps that row's running max in a register (one shared
+/// atomicMax per thread); the raw bytes wait in s_sx between the two passes, each
+/// thread rereading only its own entries.
 template <int BT>
 __device__ __forceinline__ void stage_b_scales(const uint8_t* const* rows_scale, int valid,
                                                int kb_count, float* s_sx, float* s_back,
-                                               float* s_adj) {
+                                               int* s_mx) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
-  if (tid < BT) {
-    int mx = 0;
-    if (tid < valid)
-      for (int b = 0; b < kb_count; ++b) {
-        const int v = rows_scale[tid][b];
-        if (v != 0xFF && v > mx) mx = v;
-      }
-    const int d = max(0, mx - 127 - 64);
-    s_adj[tid] = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
-    s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
-  }
-  __syncthreads();
+  const int r = tid % BT;
+  const uint8_t* rs = r < valid ? rows_scale[r] : nullptr;
+  int mx = 0;
+#pragma unroll 4
   for (int i = tid; i < kb_count * BT; i += nthreads) {
-    const int kb = i / BT, r = i % BT;
-    s_sx[i] = r < valid ? e8m0_f(rows_scale[r][kb]) * s_adj[r] : 0.0f;
+    int v = 0;
+    if (rs != nullptr) {
+      v = rs[i / BT];
+      if (v != 0xFF && v > mx) mx = v;  // a NaN scale poisons its block anyway
+    }
+    reinterpret_cast<int*>(s_sx)[i] = v;
+  }
+  if (mx > 0) atomicMax(s_mx + r, mx);
+  __syncthreads();
+  const int d = max(0, s_mx[r] - 127 - 64);
+  const float adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
+  if (tid < BT) s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+  for (int i = tid; i < kb_count * BT; i += nthreads) {
+    const int v = reinterpret_cast<const int*>(s_sx)[i];
+    s_sx[i] = rs != nullptr ? e8m0_f(static_cast<uint32_t>(v)) * adj : 0.0f;
   }
 }
 

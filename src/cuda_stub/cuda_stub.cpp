@@ -26,6 +26,8 @@ CudaMoeLayer::~CudaMoeLayer() = default;
 const MoeConfig& CudaMoeLayer::config() const { not_built(); }
 size_t CudaMoeLayer::workspace_size(int64_t) const { not_built(); }
 void CudaMoeLayer::forward(const ForwardArgs&, void*, size_t, void*) const { not_built(); }
+const uint32_t* CudaMoeLayer::error_flags_device(const void*) const { not_built(); }
+uint32_t CudaMoeLayer::read_error_flags(const void*, void*) const { not_built(); }
 
 }  // namespace mxmoe
 
