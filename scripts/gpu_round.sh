@@ -43,12 +43,13 @@ if has sanitize; then
   # The stage and engine tests, and the coverage matrix without the real-shape cases
   # (those take minutes under the sanitizers; the same kernels run in the small cases).
   for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B"/tests/test_engine --gtest_brief=1 \
-      > "$O/sanitizer_${tool}_engine.log" 2>&1
-    note "sanitizer $tool test_engine" "rc=$? $(last_line "$O/sanitizer_${tool}_engine.log" 'SUMMARY|FAILED')"
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B"/tests/test_suite_cuda --gtest_brief=1 \
-      --gtest_filter='-*kimi_real*' > "$O/sanitizer_${tool}_suite.log" 2>&1
-    note "sanitizer $tool suite(small)" "rc=$? $(last_line "$O/sanitizer_${tool}_suite.log" 'SUMMARY|FAILED')"
+    for t in test_engine test_error_flags test_suite_cuda; do
+      filter=""
+      [ "$t" = test_suite_cuda ] && filter="--gtest_filter=-*kimi_real*"
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/$t" --gtest_brief=1 $filter \
+        > "$O/sanitizer_${tool}_$t.log" 2>&1
+      note "sanitizer $tool $t" "rc=$? $(last_line "$O/sanitizer_${tool}_$t.log" 'SUMMARY|FAILED')"
+    done
   done
 fi
 if has python; then

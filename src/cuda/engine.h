@@ -80,7 +80,9 @@ struct WorkspaceLayout {
   size_t xq_scale = 0;     // u8 [M][K/32]
   size_t inter = 0;        // [M*k][N] e4m3 codes or bf16
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
-  size_t y = 0;            // f32 [M*k][K] GEMM2 result per routed row
+  size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
+  size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
+  int gemm2_splits = 1;
   size_t total = 0;
   static WorkspaceLayout make(const MoeConfig& cfg, int64_t tokens);
 };
@@ -153,6 +155,12 @@ struct Gemm2Params {
   int64_t tokens = 0, top_k = 0, hidden = 0, intermediate = 0;
   int num_local = 0;
   float* y = nullptr;                // [M*k][K]
+  /// Decode path only, no bias (heuristics.h gemm2_splits): split s of the reduction
+  /// writes its unscaled partial to y + s * split_stride and split 0 the row range
+  /// factors to back[row]; finalize combines them.
+  int splits = 1;
+  int64_t split_stride = 0;
+  float* back = nullptr;
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
 
@@ -164,6 +172,11 @@ struct FinalizeParams {
   float output_scale = 1.0f;
   void* out = nullptr;
   bool out_fp32 = false;
+  /// Split GEMM2 (Gemm2Params::splits): y row = (sum of the `splits` copies, in order)
+  /// * back[row].
+  int splits = 1;
+  int64_t split_stride = 0;
+  const float* back = nullptr;
 };
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 

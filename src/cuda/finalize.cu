@@ -21,7 +21,13 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
   for (int64_t j = 0; j < p.top_k; ++j) {
     const int32_t r = p.pair_row[t * p.top_k + j];
     if (r < 0) continue;
-    acc = __fmaf_rn(p.weights[t * p.top_k + j], p.y[static_cast<int64_t>(r) * p.hidden + c], acc);
+    const float* yr = p.y + static_cast<int64_t>(r) * p.hidden + c;
+    float v = yr[0];
+    if (p.back != nullptr) {  // split GEMM2: partials in split order, then the range factor
+      for (int s = 1; s < p.splits; ++s) v = v + yr[s * p.split_stride];
+      v = v * p.back[r];
+    }
+    acc = __fmaf_rn(p.weights[t * p.top_k + j], v, acc);
   }
   acc = acc * p.output_scale;
   if constexpr (kFp32Out) static_cast<float*>(p.out)[t * p.hidden + c] = acc;

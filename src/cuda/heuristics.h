@@ -8,6 +8,7 @@
 // Otherwise the generic BF16 path (any activation format, any number of rows).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace mxmoe::cuda_detail {
@@ -39,6 +40,23 @@ inline GemmPlan plan_gemm(int64_t tokens, bool operand_fp8, int64_t kb_count) {
   g.nt = tokens <= 8 ? 1 : 4;
   g.depth = 2;
   return g;
+}
+
+/// GEMM2 on the decode path splits its reduction (N, whole 64-K chunks) over grid z so
+/// more warps stream weights at few tokens (at M=1 the unsplit grid has 6.8 warps per
+/// SM). Split s writes its fp32 partial (before the range factor) to its own copy of y;
+/// finalize sums the copies in split order, then applies the row's range factor, so
+/// results are deterministic. Not with a GEMM2 bias (it must follow the factor).
+inline constexpr int kGemm2MaxSplits = 4;
+inline int gemm2_splits(const GemmPlan& g2, bool has_bias) {
+  if (!g2.fast || has_bias) return 1;
+  return g2.nt == 1 ? 4 : 2;
+}
+/// Rows of GEMM2's fp32 output per top-k slot: room for every split's copy, and
+/// non-decreasing in `tokens` (workspace_size(max) must cover every M <= max).
+inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
+  if (!splittable) return tokens;
+  return std::max<int64_t>(tokens, kGemm2MaxSplits * std::min<int64_t>(tokens, kDecodeMaxTokens));
 }
 
 /// Single-block permutation (one launch, fused with the activation quantization) when

@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "engine.h"
+#include "heuristics.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
 
@@ -241,7 +242,11 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   l.xq_scale = take(fp8_in ? M * K / kMxBlock : 0);
   l.inter = take(pairs * N * (fp8_mid ? 1 : 2));
   l.inter_scale = take(fp8_mid ? pairs * N / kMxBlock : 0);
-  l.y = take(pairs * K * 4);
+  const bool splittable = fp8_mid && !cfg.has_bias;
+  l.gemm2_splits = gemm2_splits(plan_gemm(tokens, fp8_mid, cfg.intermediate / kMxBlock),
+                                cfg.has_bias);
+  l.y = take(static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4);
+  l.back = take(pairs * 4);
   l.total = align256(off);
   return l;
 }
@@ -531,6 +536,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.intermediate = N;
   g2.num_local = pp.num_local;
   g2.y = reinterpret_cast<float*>(ws + L.y);
+  g2.splits = L.gemm2_splits;
+  g2.split_stride = M * k * K;
+  g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
   launch_gemm2(g2, st);
 
   FinalizeParams fp;
@@ -543,6 +551,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   fp.output_scale = cfg.output_scale;
   fp.out = args.out;
   fp.out_fp32 = cfg.output_format == OutputFormat::FP32;
+  fp.splits = g2.splits;
+  fp.split_stride = g2.split_stride;
+  fp.back = g2.back;
   launch_finalize(fp, st);
 }
 
