@@ -40,13 +40,16 @@ if has bench; then
   note "mxmoe bench" "rc=$?"
 fi
 if has sanitize; then
-  # The stage and engine tests, and the coverage matrix without the real-shape cases
-  # (those take minutes under the sanitizers; the same kernels run in the small cases).
+  # The stage and engine tests under all three tools; memcheck also over the coverage
+  # matrix without the real-shape cases (those take minutes under the sanitizers; the
+  # same kernels run in the small cases).
   for tool in memcheck racecheck synccheck; do
-    for t in test_engine test_error_flags test_suite_cuda; do
+    bins="test_engine test_error_flags"
+    [ $tool = memcheck ] && bins="$bins test_suite_cuda"
+    for t in $bins; do
       filter=""
       [ "$t" = test_suite_cuda ] && filter="--gtest_filter=-*kimi_real*"
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/$t" --gtest_brief=1 $filter \
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/$t" --gtest_brief=1 $filter \
         > "$O/sanitizer_${tool}_$t.log" 2>&1
       note "sanitizer $tool $t" "rc=$? $(last_line "$O/sanitizer_${tool}_$t.log" 'SUMMARY|FAILED')"
     done

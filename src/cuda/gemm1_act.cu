@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
     const int valid = min(BT, count - tile * BT);
     // The first weight loads go out before the token-scale staging (they do not depend
     // on it), so the HBM round trip overlaps the staging's L2 round trips.
-    if (active) fast_prefetch<D>(ring, wp, ws4, p.w13.kc);
+    if (active) fast_prefetch<D>(ring, wp, ws4, 0, p.w13.kc);
     if (threadIdx.x < BT) {
       s_mx[threadIdx.x] = 0;
       const uint8_t* row = nullptr;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, p.w13.kc, kbK, brow, s_sx,
+      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, 0, p.w13.kc, kbK, brow, s_sx,
                                (valid + 7) / 8);
 
 #pragma unroll

@@ -216,8 +216,9 @@ __device__ __forceinline__ float e8m0_normal_at(uint32_t w, int sh) {
 }
 
 /// The decode mainloop's register ring: D 64-K chunks of this lane's weights (4 x 16 B)
-/// and their scale words (16 B). fast_prefetch fills it; kernels call it before staging
-/// the token scales so the first HBM round trip overlaps the staging.
+/// and their scale words (16 B). fast_prefetch fills it with chunks kc_begin.. (the
+/// first chunks of the warp's K range); kernels call it before staging the token scales
+/// so the first HBM round trip overlaps the staging.
 template <int D>
 struct FastRing {
   uint4 w[D][4];
@@ -225,20 +226,23 @@ struct FastRing {
 };
 template <int D>
 __device__ __forceinline__ void fast_prefetch(FastRing<D>& ring, const uint4* __restrict__ wp,
-                                              const uint4* __restrict__ ws4, int kc_count) {
+                                              const uint4* __restrict__ ws4, int kc_begin,
+                                              int kc_end) {
   const int lane = threadIdx.x & 31, g = lane >> 2;
 #pragma unroll
   for (int d = 0; d < D; ++d)
-    if (d < kc_count) {
+    if (kc_begin + d < kc_end) {
+      const int kc = kc_begin + d;
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) ring.w[d][mt] = ldg_stream_u4(wp + (d * 4 + mt) * 32 + lane);
-      ring.s[d] = __ldg(ws4 + d * 8 + g);
+      for (int mt = 0; mt < 4; ++mt) ring.w[d][mt] = ldg_stream_u4(wp + (kc * 4 + mt) * 32 + lane);
+      ring.s[d] = __ldg(ws4 + kc * 8 + g);
     }
 }
 
 /// Decode-path warp mainloop (E4M3 operand B, FP16 MMAs), streaming this warp's 64
 /// weight rows with `D` 64-K chunks in flight per lane (the ring, filled by
-/// fast_prefetch; loads are issued right after a slot is consumed).
+/// fast_prefetch; loads are issued right after a slot is consumed), over the chunks
+/// [kc_begin, kc_end) (a split of K; indices into wp, ws4, brow, s_sx are absolute).
 ///   acc[mt][nt][.] += W x B^T for the 8-token tiles nt < nt_used (warp-uniform; the
 ///   other tiles hold no rows and their MMAs are skipped);
 ///   brow[nt]: this lane's B row (E4M3 codes of token g of tile nt) or null (zeros);
@@ -249,17 +253,18 @@ __device__ __forceinline__ void fast_prefetch(FastRing<D>& ring, const uint4* __
 template <int NT, int D, bool kSpecial>
 __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
-                                              const uint4* __restrict__ ws4, int kc_count,
-                                              int kb_count, const uint8_t* const (&brow)[NT],
+                                              const uint4* __restrict__ ws4, int kc_begin,
+                                              int kc_end, int kb_count,
+                                              const uint8_t* const (&brow)[NT],
                                               const float* s_sx, int nt_used) {
   constexpr int BT = 8 * NT;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  for (int kc0 = 0; kc0 < kc_count; kc0 += D) {
+  for (int kc0 = kc_begin; kc0 < kc_end; kc0 += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const int kc = kc0 + d;
-      if (kc >= kc_count) break;  // warp-uniform
+      if (kc >= kc_end) break;  // warp-uniform
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
         const int kb = 2 * kc + b;
@@ -311,7 +316,7 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D
           }
         }
       }
-      if (kc + D < kc_count) {
+      if (kc + D < kc_end) {
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
           ring.w[d][mt] = ldg_stream_u4(wp + ((kc + D) * 4 + mt) * 32 + lane);
@@ -325,13 +330,16 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D
 template <int NT, int D>
 __device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][NT][4],
                                                   FastRing<D>& ring, const uint4* __restrict__ wp,
-                                                  const uint4* __restrict__ ws4, int kc_count,
-                                                  int kb_count, const uint8_t* const (&brow)[NT],
+                                                  const uint4* __restrict__ ws4, int kc_begin,
+                                                  int kc_end, int kb_count,
+                                                  const uint8_t* const (&brow)[NT],
                                                   const float* s_sx, int nt_used) {
   if (special)
-    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_count, kb_count, brow, s_sx, nt_used);
+    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
+                               nt_used);
   else
-    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_count, kb_count, brow, s_sx, nt_used);
+    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
+                                nt_used);
 }
 
 /// Stages one token tile's B-row scales for warp_mma_fast (called by every thread of the
