@@ -17,17 +17,36 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (c >= p.hidden) return;
+  // Slots in batches: the batch's row indices and weights, then its y values, are
+  // independent loads in flight together (the slot loop was a chain of dependent L2
+  // round trips); the fma chain still runs in slot order.
+  constexpr int kBatch = 8;
   float acc = 0.0f;
-  for (int64_t j = 0; j < p.top_k; ++j) {
-    const int32_t r = p.pair_row[t * p.top_k + j];
-    if (r < 0) continue;
-    const float* yr = p.y + static_cast<int64_t>(r) * p.hidden + c;
-    float v = yr[0];
-    if (p.back != nullptr) {  // split GEMM2: partials in split order, then the range factor
-      for (int s = 1; s < p.splits; ++s) v = v + yr[s * p.split_stride];
-      v = v * p.back[r];
+  const int32_t* pr = p.pair_row + t * p.top_k;
+  const float* wt = p.weights + t * p.top_k;
+  for (int64_t j0 = 0; j0 < p.top_k; j0 += kBatch) {
+    int32_t r[kBatch];
+    float w[kBatch], v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const bool in = j0 + i < p.top_k;
+      r[i] = in ? pr[j0 + i] : -1;
+      w[i] = in ? wt[j0 + i] : 0.0f;
     }
-    acc = __fmaf_rn(p.weights[t * p.top_k + j], v, acc);
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      v[i] = 0.0f;
+      if (r[i] < 0) continue;
+      const float* yr = p.y + static_cast<int64_t>(r[i]) * p.hidden + c;
+      v[i] = yr[0];
+      if (p.back != nullptr) {  // split GEMM2: partials in split order, then the range factor
+        for (int sp = 1; sp < p.splits; ++sp) v[i] = v[i] + yr[sp * p.split_stride];
+        v[i] = v[i] * p.back[r[i]];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i)
+      if (r[i] >= 0) acc = __fmaf_rn(w[i], v[i], acc);
   }
   acc = acc * p.output_scale;
   if constexpr (kFp32Out) static_cast<float*>(p.out)[t * p.hidden + c] = acc;

@@ -111,10 +111,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
   const bool special =
       p.w2.special == nullptr || p.w2.special[static_cast<size_t>(e) * p.w2.rg + rgc] != 0;
 
+  // grid z = token-tile slots x splits of the reduction (whole 64-K chunks).
+  const int S = p.splits;
+  const int split = static_cast<int>(blockIdx.z) % S;
+  const int kc_begin = split * p.w2.kc / S, kc_end = (split + 1) * p.w2.kc / S;
+  float* y = p.y + split * p.split_stride;
+
   FastRing<D> ring;
-  for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
+  for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
-    if (active) fast_prefetch<D>(ring, wp, ws4, p.w2.kc);  // before the staging
+    if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
     if (threadIdx.x < BT) {
       s_mx[threadIdx.x] = 0;
       s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
@@ -138,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, p.w2.kc, kbN, brow, s_sx,
+      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kbN, brow, s_sx,
                                (valid + 7) / 8);
 
 #pragma unroll
@@ -147,8 +153,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
         for (int c = 0; c < 2; ++c) {
           const int r = tile * BT + nt * 8 + 2 * t + c;
           if (r >= count) continue;
-          const float back = s_back[nt * 8 + 2 * t + c];
-          float* yr = p.y + static_cast<int64_t>(off + r) * K;
+          // Split: the unscaled partial; finalize applies the factor after the sum.
+          const float back = S > 1 ? 1.0f : s_back[nt * 8 + 2 * t + c];
+          float* yr = y + static_cast<int64_t>(off + r) * K;
 #pragma unroll
           for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -161,6 +168,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
             }
         }
     }
+    if (S > 1 && split == 0 && static_cast<int>(threadIdx.x) < valid)
+      p.back[off + tile * BT + threadIdx.x] = s_back[threadIdx.x];
     __syncthreads();  // the next tile rewrites the shared staging
   }
 }
@@ -171,7 +180,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   const int64_t tiles = (p.tokens + BT - 1) / BT;
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
-                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32) * p.splits));
   const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float);
   gemm2_fast_kernel<NT, D><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
@@ -193,12 +202,18 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
   const GemmPlan plan = plan_gemm(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
   if (plan.fast) {
+    const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
+                                      p.bias == nullptr && p.back != nullptr);
+    MXMOE_CHECK_ARG(ok, "Gemm2Params.splits", p.splits, ": needs 1..", kGemm2MaxSplits,
+                    ", no bias and a range-factor buffer");
     switch (plan.nt) {
       case 1: return launch_fast<1, 4>(p, stream);
       case 2: return launch_fast<2, 3>(p, stream);
       default: return launch_fast<4, 2>(p, stream);
     }
   }
+  MXMOE_CHECK_ARG(p.splits == 1, "Gemm2Params.splits", p.splits,
+                  ": only the decode path splits the reduction (heuristics.h gemm2_splits)");
   const int sel = (plan.nt == 1 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
   switch (sel) {
     case 0: return launch_t<4, false>(p, stream);

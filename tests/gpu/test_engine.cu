@@ -7,7 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -504,7 +506,12 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
 
 // ---------------------------------------------------------------- GEMM2 (direct launch)
 
-void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) {
+// splits > 1: the decode path's split reduction (partials + range factors, summed here
+// in split order as finalize does). flags: pass the load-time special-scale flags (the
+// two-op scale conversion for normal groups) instead of none (every group exact-slow).
+// special: put a NaN scale byte (0xFF) and a 2^-127 byte (0x00) into two W2 rows.
+void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, int splits = 1,
+                     bool flags = false, bool special = false) {
   const int el = 3;
   const std::vector<int32_t> counts = {static_cast<int32_t>(tokens / 2), 0,
                                        static_cast<int32_t>(tokens - tokens / 2 + 3)};
@@ -517,7 +524,12 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) 
   cfg.hidden = K;
   cfg.intermediate = N;
   cfg.has_bias = bias;
-  const ExpertWeights w = exact_grid_weights(cfg, 77 + K);
+  ExpertWeights w = exact_grid_weights(cfg, 77 + K);
+  if (special) {
+    w.w2_scale[(2 * K + 5) * (N / 32) + (N / 32 - 1)] = 0xFF;  // expert 2, column 5: NaN
+    for (int64_t b = 0; b < N / 32; ++b)  // expert 0, last column: all 2^-127 (exact sums)
+      w.w2_scale[(0 * K + K - 1) * (N / 32) + b] = 0x00;
+  }
   std::vector<uint32_t> tp, ts;
   cd::tile_mxfp4(w.w2_packed.data(), w.w2_scale.data(), el, K, N, tp, ts);
   const cd::TiledDims d = cd::tiled_dims(K, N);
@@ -534,11 +546,16 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) 
   Dev<uint8_t> dic(ic), disc(isc);
   Dev<uint16_t> dib(ib);
   Dev<int32_t> dc(counts), doff(offsets);
-  Dev<float> db(bias ? w.w2_bias : std::vector<float>{0.f}), y(rows * K);
-  cudaMemset(y.p, 0xFF, rows * K * 4);
+  Dev<float> db(bias ? w.w2_bias : std::vector<float>{0.f}), y(rows * K * splits), back(rows);
+  Dev<uint8_t> dflags(cd::special_scale_groups(w.w2_scale.data(), el, K, N));
+  cudaMemset(y.p, 0xFF, rows * K * splits * 4);
   cd::Gemm2Params p;
   p.w2 = cd::MatView{reinterpret_cast<const uint4*>(dtp.p), dts.p, static_cast<int>(K),
-                     static_cast<int>(N), static_cast<int>(d.rg), static_cast<int>(d.kc)};
+                     static_cast<int>(N), static_cast<int>(d.rg), static_cast<int>(d.kc),
+                     flags ? dflags.p : nullptr};
+  p.splits = splits;
+  p.split_stride = rows * K;
+  p.back = splits > 1 ? back.p : nullptr;
   p.bias = bias ? db.p : nullptr;
   p.inter = fp8 ? static_cast<const void*>(dic.p) : static_cast<const void*>(dib.p);
   p.inter_scale = fp8 ? disc.p : nullptr;
@@ -553,8 +570,17 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) 
   p.y = y.p;
   cd::launch_gemm2(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto gy = y.down();
-  int64_t bad = 0;
+  auto gy = y.down();
+  if (splits > 1) {
+    const auto gb = back.down();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < K; ++c) {
+        float v = gy[r * K + c];
+        for (int sp = 1; sp < splits; ++sp) v = v + gy[sp * rows * K + r * K + c];
+        gy[r * K + c] = v * gb[r];
+      }
+  }
+  int64_t bad = 0, nans = 0;
   for (int e = 0; e < el; ++e)
     for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r)
       for (int64_t c = 0; c < K; ++c) {
@@ -566,10 +592,17 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias) 
         }
         float want = static_cast<float>(acc);
         if (bias) want = want + w.w2_bias[e * K + c];
-        if (fbits(gy[r * K + c]) != fbits(want))
+        if (std::isnan(want)) {
+          ++nans;
+          if (!std::isnan(gy[r * K + c]) && bad++ < 3)
+            ADD_FAILURE() << "row " << r << " col " << c << " gpu " << gy[r * K + c] << " cpu NaN";
+        } else if (fbits(gy[r * K + c]) != fbits(want)) {
           if (bad++ < 3) ADD_FAILURE() << "row " << r << " col " << c << " gpu " << gy[r * K + c] << " cpu " << want;
+        }
       }
   EXPECT_EQ(bad, 0);
+  // The NaN scale poisons exactly its column (W2 row) for the rows of its expert.
+  EXPECT_EQ(nans, special ? counts[2] : 0);
 }
 
 TEST(Gemm2, ExactGridBitExactFormatsTilesTailsAndEmptyExpert) {
@@ -580,6 +613,129 @@ TEST(Gemm2, ExactGridBitExactFormatsTilesTailsAndEmptyExpert) {
   run_gemm2_stage(true, 40, 96, 96, true);    // NT=4, row tail and K tail, bias
   run_gemm2_stage(false, 7, 64, 128, false);
   run_gemm2_stage(false, 70, 160, 32, true);
+}
+
+TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
+  REQUIRE_GPU();
+  run_gemm2_stage(true, 6, 128, 64, false, 1, true);        // two-op scales, no split
+  run_gemm2_stage(true, 6, 128, 256, false, 4, true);       // 4 splits of 2 chunks
+  run_gemm2_stage(true, 12, 128, 160, false, 2, true);      // NT=2, uneven split (3 chunks)
+  run_gemm2_stage(true, 20, 96, 96, false, 4, true);        // NT=4, K tail, empty splits
+  run_gemm2_stage(true, 30, 96, 160, false, 3, true);       // NT=4, 18 rows, 3 splits
+  run_gemm2_stage(true, 6, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes: exact path
+  run_gemm2_stage(true, 6, 128, 256, false, 1, false, true); // same, no flags at all
+}
+
+// Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
+// synthetic weights (all scale bytes normal). Not a check: run on the device with
+//   test_engine --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timing*'
+// to see how the forward's time splits between GEMM1, GEMM2 (unsplit and split) and
+// finalize.
+TEST(DISABLED_Timing, KimiDecodeStages) {
+  REQUIRE_GPU();
+  const int el = 28, k = 16;
+  const int64_t K = 3584, N = 3072;
+  const cd::TiledDims d13 = cd::tiled_dims(2 * N, K), d2 = cd::tiled_dims(K, N);
+  Dev<uint32_t> w13p(el * d13.u32_per_expert()), w13s(el * d13.scale_u32_per_expert());
+  Dev<uint32_t> w2p(el * d2.u32_per_expert()), w2s(el * d2.scale_u32_per_expert());
+  cudaMemset(w13p.p, 0x5A, w13p.n * 4);
+  cudaMemset(w2p.p, 0x3C, w2p.n * 4);
+  cudaMemset(w13s.p, 0x7E, w13s.n * 4);
+  cudaMemset(w2s.p, 0x7F, w2s.n * 4);
+  Dev<uint8_t> f13(std::vector<uint8_t>(el * d13.rg, 0)), f2(std::vector<uint8_t>(el * d2.rg, 0));
+  std::vector<float> ones(el, 1.0f);
+  Dev<float> alpha(ones), beta(ones), limit(ones);
+  for (int64_t M : {1, 2, 4, 8, 16, 32}) {
+    const int64_t pairs = M * k;
+    std::vector<int32_t> counts(el, 0), offsets(el + 1, 0), row_map(pairs);
+    // Token t's 16 experts: (t * 5 + j) % 28 (distinct for one token); rows by expert.
+    std::vector<std::vector<int32_t>> by(el);
+    for (int64_t t = 0; t < M; ++t)
+      for (int j = 0; j < k; ++j) by[(t * 5 + j) % el].push_back(static_cast<int32_t>(t * k + j));
+    int32_t r = 0;
+    for (int e = 0; e < el; ++e) {
+      counts[e] = static_cast<int32_t>(by[e].size());
+      offsets[e] = r;
+      for (int32_t pr : by[e]) row_map[r++] = pr;
+    }
+    offsets[el] = r;
+    int used = 0;
+    for (int e = 0; e < el; ++e) used += counts[e] > 0;
+    Rng rng(5 + M);
+    std::vector<uint8_t> xc(M * K), xs(M * K / 32, 127);
+    for (auto& v : xc) v = e4m3_of_int(static_cast<int>(rng.below(17)) - 8);
+    Dev<uint8_t> dx(xc), dxs(xs), inter(pairs * N), inter_s(pairs * N / 32);
+    Dev<int32_t> dc(counts), doff(offsets), drm(row_map);
+    Dev<float> y(pairs * K * 4), back(pairs);
+    cd::Gemm1Params g1;
+    g1.w13 = cd::MatView{reinterpret_cast<const uint4*>(w13p.p), w13s.p, static_cast<int>(2 * N),
+                         static_cast<int>(K), static_cast<int>(d13.rg), static_cast<int>(d13.kc), f13.p};
+    g1.activation = static_cast<int>(Activation::SiLU_Gated);
+    g1.alpha = alpha.p;
+    g1.beta = beta.p;
+    g1.limit = limit.p;
+    g1.x = dx.p;
+    g1.x_scale = dxs.p;
+    g1.x_fp8 = true;
+    g1.counts = dc.p;
+    g1.offsets = doff.p;
+    g1.row_map = drm.p;
+    g1.tokens = M;
+    g1.top_k = k;
+    g1.hidden = K;
+    g1.intermediate = N;
+    g1.num_local = el;
+    g1.inter = inter.p;
+    g1.inter_scale = inter_s.p;
+    g1.inter_fp8 = true;
+    cd::Gemm2Params g2;
+    g2.w2 = cd::MatView{reinterpret_cast<const uint4*>(w2p.p), w2s.p, static_cast<int>(K),
+                        static_cast<int>(N), static_cast<int>(d2.rg), static_cast<int>(d2.kc), f2.p};
+    g2.inter = inter.p;
+    g2.inter_scale = inter_s.p;
+    g2.inter_fp8 = true;
+    g2.counts = dc.p;
+    g2.offsets = doff.p;
+    g2.tokens = M;
+    g2.top_k = k;
+    g2.hidden = K;
+    g2.intermediate = N;
+    g2.num_local = el;
+    g2.y = y.p;
+    g2.split_stride = pairs * K;
+    g2.back = back.p;
+    cudaEvent_t a0, a1;
+    cudaEventCreate(&a0);
+    cudaEventCreate(&a1);
+    auto time_us = [&](auto&& fn) {
+      std::vector<float> v;
+      for (int i = 0; i < 23; ++i) {
+        cudaEventRecord(a0);
+        fn();
+        cudaEventRecord(a1);
+        cudaEventSynchronize(a1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a0, a1);
+        if (i >= 3) v.push_back(ms * 1000.0f);
+      }
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double b1 = used * (d13.u32_per_expert() + d13.scale_u32_per_expert()) * 4.0;
+    const double b2 = used * (d2.u32_per_expert() + d2.scale_u32_per_expert()) * 4.0;
+    const float t1 = time_us([&] { cd::launch_gemm1(g1, nullptr); });
+    std::printf("[timing] M=%lld experts=%d gemm1 %.1f us (%.2f TB/s)\n", static_cast<long long>(M),
+                used, t1, b1 / t1 * 1e-6);
+    for (int sp : {1, 2, 4}) {
+      g2.splits = sp;
+      const float t2 = time_us([&] { cd::launch_gemm2(g2, nullptr); });
+      std::printf("[timing] M=%lld gemm2 splits=%d %.1f us (%.2f TB/s)\n", static_cast<long long>(M),
+                  sp, t2, b2 / t2 * 1e-6);
+    }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaEventDestroy(a0);
+    cudaEventDestroy(a1);
+  }
 }
 
 // ---------------------------------------------------------------- finalize
