@@ -3,9 +3,10 @@
 // offending argument and its value (SPEC §9).
 #pragma once
 
-#include <sstream>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mxmoe {
 
@@ -46,11 +47,30 @@ class CudaError : public Error {
 };
 
 namespace detail {
+// Messages are built without iostreams: the error path must work in any host process,
+// and inside the Python extension on the H200 machine the first ostream use crashed
+// (before torch had been imported). Integers print in full, floating point as %g.
+inline void append(std::string& out, const std::string& v) { out += v; }
+inline void append(std::string& out, const char* v) { out += v ? v : "(null)"; }
+inline void append(std::string& out, char v) { out += v; }
+inline void append(std::string& out, bool v) { out += v ? "true" : "false"; }
+template <typename T>
+  requires std::is_integral_v<T>
+inline void append(std::string& out, T v) {
+  out += std::to_string(v);
+}
+template <typename T>
+  requires std::is_floating_point_v<T>
+inline void append(std::string& out, T v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  out += buf;
+}
 template <typename... Args>
 std::string cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  std::string out;
+  (append(out, args), ...);
+  return out;
 }
 }  // namespace detail
 
