@@ -215,6 +215,14 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
       if (start[e + 1] > start[e]) experts.push_back(e);
     const int64_t ne = static_cast<int64_t>(experts.size());
 
+    // Per-worker scratch, sized for either GEMM's piece (kRows1 W13 rows or kRows2 W2
+    // rows, np routed rows).
+    auto size_scratch = [&](int worker, int64_t np) {
+      wbuf[worker].resize(static_cast<size_t>(std::max(kRows1 * K, kRows2 * N)));
+      hbuf[worker].resize(static_cast<size_t>(std::max(np * kRows1, np * kRows2)));
+      abuf[worker].resize(static_cast<size_t>(np));
+    };
+
     // GEMM1 + bias + activation + intermediate mirror.
     std::vector<double> act(static_cast<size_t>(P * N));
     const int64_t chunks1 = N / kGateUpChunk;
@@ -224,9 +232,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
       std::vector<double>& w = wbuf[worker];
       std::vector<double>& h = hbuf[worker];
       std::vector<const double*>& a = abuf[worker];
-      w.resize(static_cast<size_t>(std::max(kRows1 * K, kRows2 * N)));
-      h.resize(static_cast<size_t>(std::max(np * kRows1, np * kRows2)));
-      a.resize(static_cast<size_t>(np));
+      size_scratch(worker, np);
       p.w13_rows(e, c * kRows1, kRows1, w.data());
       for (int64_t q = 0; q < np; ++q) a[q] = &xb[pair_token[p0 + q] * K];
       accbuf[worker].resize(static_cast<size_t>(np * kRows1 * 4));
@@ -257,9 +263,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
       std::vector<double>& w = wbuf[worker];
       std::vector<double>& h = hbuf[worker];
       std::vector<const double*>& a = abuf[worker];
-      w.resize(static_cast<size_t>(std::max(kRows1 * K, kRows2 * N)));
-      h.resize(static_cast<size_t>(std::max(np * kRows1, np * kRows2)));
-      a.resize(static_cast<size_t>(np));
+      size_scratch(worker, np);
       p.w2_rows(e, c * kRows2, kRows2, w.data());
       for (int64_t q = 0; q < np; ++q) a[q] = &act[(p0 + q) * N];
       accbuf[worker].resize(static_cast<size_t>(np * kRows2 * 4));
