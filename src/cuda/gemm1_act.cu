@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 // mainloop with the weights streamed D chunks deep. Each block stages its token tile's
 // row pointers and x scales in shared memory once; all 4 warps share them.
 template <int NT, int D, bool kFp8Inter>
-__global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Params p) {
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT)) gemm1_fast_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [K/32][BT]
   __shared__ float s_back[BT];
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_fast_kernel(const Gemm1Para
   const bool special =
       p.w13.special == nullptr || p.w13.special[static_cast<size_t>(e) * p.w13.rg + rgc] != 0;
 
-  FastRing<D> ring;
+  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + kbK * BT);  // after the scales
   for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
     const int valid = min(BT, count - tile * BT);
     // The first weight loads go out before the token-scale staging (they do not depend
@@ -259,7 +259,7 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
-  const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float);
+  const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
   gemm1_fast_kernel<NT, D, kFp8Inter><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
 }
@@ -286,12 +286,12 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
   if (plan.fast) {
     const int sel = (plan.nt == 1 ? 0 : plan.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
     switch (sel) {
-      case 0: return launch_fast<1, 4, false>(p, stream);
-      case 1: return launch_fast<1, 4, true>(p, stream);
-      case 2: return launch_fast<2, 3, false>(p, stream);
-      case 3: return launch_fast<2, 3, true>(p, stream);
-      case 4: return launch_fast<4, 2, false>(p, stream);
-      default: return launch_fast<4, 2, true>(p, stream);
+      case 0: return launch_fast<1, fast_depth(1), false>(p, stream);
+      case 1: return launch_fast<1, fast_depth(1), true>(p, stream);
+      case 2: return launch_fast<2, fast_depth(2), false>(p, stream);
+      case 3: return launch_fast<2, fast_depth(2), true>(p, stream);
+      case 4: return launch_fast<4, fast_depth(4), false>(p, stream);
+      default: return launch_fast<4, fast_depth(4), true>(p, stream);
     }
   }
   const int sel = (plan.nt == 1 ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);

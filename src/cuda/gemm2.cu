@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
 // Decode path (heuristics.h): E4M3 intermediate through the FP16 mainloop, weights
 // streamed D chunks deep, the token tile's row scales staged once per block.
 template <int NT, int D>
-__global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Params p) {
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT)) gemm2_fast_kernel(const Gemm2Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [N/32][BT]
   __shared__ float s_back[BT];
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_fast_kernel(const Gemm2Para
   const int kc_begin = split * p.w2.kc / S, kc_end = (split + 1) * p.w2.kc / S;
   float* y = p.y + split * p.split_stride;
 
-  FastRing<D> ring;
+  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + kbN * BT);  // after the scales
   for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
     if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
@@ -181,7 +181,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32) * p.splits));
-  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float);
+  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
   gemm2_fast_kernel<NT, D><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
@@ -207,9 +207,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(ok, "Gemm2Params.splits", p.splits, ": needs 1..", kGemm2MaxSplits,
                     ", no bias and a range-factor buffer");
     switch (plan.nt) {
-      case 1: return launch_fast<1, 4>(p, stream);
-      case 2: return launch_fast<2, 3>(p, stream);
-      default: return launch_fast<4, 2>(p, stream);
+      case 1: return launch_fast<1, fast_depth(1)>(p, stream);
+      case 2: return launch_fast<2, fast_depth(2)>(p, stream);
+      default: return launch_fast<4, fast_depth(4)>(p, stream);
     }
   }
   MXMOE_CHECK_ARG(p.splits == 1, "Gemm2Params.splits", p.splits,

@@ -15,14 +15,26 @@ namespace mxmoe::cuda_detail {
 
 /// Largest token count routed to the decode path.
 inline constexpr int64_t kDecodeMaxTokens = 32;
-/// Shared-memory budget of the decode path's per-block B scales (bytes).
-inline constexpr int64_t kFastMaxScaleBytes = 40 * 1024;
+/// Static shared-memory limit a kernel gets without opting in (bytes): the decode path's
+/// per-block B scales plus its weight rings must fit.
+inline constexpr int64_t kFastMaxSmemBytes = 48 * 1024;
+/// Bytes of one weight-ring stage (one warp's 64-K chunk: 4 x 512 weight bytes and 8
+/// scale words; see FastRing in mx_mma.cuh) and the decode kernels' warps per block.
+inline constexpr int kFastStageBytes = 4 * 32 * 16 + 8 * 16;
+inline constexpr int kFastWarps = 4;
 
 struct GemmPlan {
   bool fast = false;  // decode path (FP16 MMA on E4M3 operands)
   int nt = 1;         // 8-token MMA tiles per warp (token tile = 8 * nt rows)
-  int depth = 4;      // 64-K chunks of weights in flight per warp (fast path)
+  int depth = 4;      // ring stages per warp (fast path): depth - 1 64-K chunks in flight
 };
+
+/// Blocks per SM the decode kernels are compiled for (__launch_bounds__): the register
+/// budget that keeps enough warps, and so enough weight chunks, in flight per SM. With
+/// the shared-memory rings a warp holds no registers for chunks in flight, so these
+/// compile without spills (ptxas -v).
+constexpr int fast_min_blocks(int nt) { return nt == 1 ? 5 : nt == 2 ? 4 : 2; }
+constexpr int fast_depth(int nt) { return nt == 4 ? 3 : 4; }
 
 /// Rows per expert are at most `tokens` unless a token repeats an expert (then the
 /// kernels loop over extra tiles), so the tile is sized from the token count: one MMA
@@ -31,10 +43,9 @@ inline GemmPlan plan_gemm(int64_t tokens, bool operand_fp8, int64_t kb_count) {
   GemmPlan g;
   if (operand_fp8 && tokens <= kDecodeMaxTokens) {
     g.nt = tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4;
-    g.depth = g.nt == 1 ? 4 : g.nt == 2 ? 3 : 2;  // registers: 20 per chunk in flight + 16 * nt
-    // accumulators; these depths compile without spills (ptxas -v)
-    // The block's B scales live in (default-limit) dynamic shared memory.
-    g.fast = kb_count * 8 * g.nt * 4 <= kFastMaxScaleBytes;
+    g.depth = fast_depth(g.nt);
+    // The block's B scales and its warps' rings live in dynamic shared memory.
+    g.fast = kb_count * 8 * g.nt * 4 + int64_t{kFastWarps} * g.depth * kFastStageBytes <= kFastMaxSmemBytes;
     if (g.fast) return g;
   }
   g.nt = tokens <= 8 ? 1 : 4;

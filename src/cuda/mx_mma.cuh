@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "engine.h"
+#include "heuristics.h"
 #include "mxmoe/formats.h"
 #include "ptx.cuh"
 
@@ -215,34 +216,81 @@ __device__ __forceinline__ float e8m0_normal_at(uint32_t w, int sh) {
   return __uint_as_float(bits & 0x7F800000u);
 }
 
-/// The decode mainloop's register ring: D 64-K chunks of this lane's weights (4 x 16 B)
-/// and their scale words (16 B). fast_prefetch fills it with chunks kc_begin.. (the
-/// first chunks of the warp's K range); kernels call it before staging the token scales
-/// so the first HBM round trip overlaps the staging.
+/// The decode mainloop's weight ring: D stages of this warp's weight stream in shared
+/// memory, filled with cp.async (no registers held while in flight). A stage is one
+/// 64-K chunk: the 4 x 512 contiguous bytes of the warp's four m16 tiles (each lane
+/// copies and later reads back its own 16 bytes per tile) and the chunk's 8 scale words
+/// (copied by lanes 0..7, read by the four lanes of each row pair, hence the __syncwarp
+/// after the wait). Stage c holds chunk kc_begin + i for every i = c (mod D).
+/// fast_prefetch issues the first D - 1 chunks; kernels call it before staging the
+/// token scales so the first HBM round trip overlaps the staging.
+static_assert(kFastWarps == kWarps, "heuristics.h sizes the rings for the kernels' warps");
 template <int D>
 struct FastRing {
-  uint4 w[D][4];
-  uint4 s[D];
+  uint4* stage;  // this warp's [D][4 * 32 + 8] uint4
 };
+/// Shared-memory bytes of a block's rings (kWarps warps).
 template <int D>
-__device__ __forceinline__ void fast_prefetch(FastRing<D>& ring, const uint4* __restrict__ wp,
+constexpr int fast_ring_bytes() { return kWarps * D * kFastStageBytes; }
+/// This warp's ring inside the block's ring area (16-byte aligned).
+template <int D>
+__device__ __forceinline__ FastRing<D> fast_ring_of_warp(void* ring_area) {
+  const int warp = threadIdx.x >> 5;
+  return FastRing<D>{static_cast<uint4*>(ring_area) + warp * D * (kFastStageBytes / 16)};
+}
+/// Issues chunk `kc` (nothing when kc >= kc_end) into stage `st` and commits the group,
+/// so every lane commits the same number of groups whatever the chunk count.
+template <int D>
+__device__ __forceinline__ void fast_issue(const FastRing<D>& ring, const uint4* __restrict__ wp,
+                                           const uint4* __restrict__ ws4, int kc, int kc_end,
+                                           int st) {
+  const int lane = threadIdx.x & 31;
+  if (kc < kc_end) {
+    uint4* dst = ring.stage + st * (kFastStageBytes / 16);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) cp_async_16(dst + mt * 32 + lane, wp + (kc * 4 + mt) * 32 + lane);
+    if (lane < 8) cp_async_16(dst + 4 * 32 + lane, ws4 + kc * 8 + lane);
+  }
+  cp_async_commit();
+}
+template <int D>
+__device__ __forceinline__ void fast_prefetch(const FastRing<D>& ring, const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
                                               int kc_end) {
-  const int lane = threadIdx.x & 31, g = lane >> 2;
 #pragma unroll
-  for (int d = 0; d < D; ++d)
-    if (kc_begin + d < kc_end) {
-      const int kc = kc_begin + d;
+  for (int d = 0; d < D - 1; ++d) fast_issue<D>(ring, wp, ws4, kc_begin + d, kc_end, d);
+}
+
+/// Folds one row tile's per-block partials into its accumulators (see the file comment):
+/// acc += part * (weight scale * token scale); the weight scales of rows g and g+8 for
+/// MX block b sit in bytes 2b and 2b+1 of `sw_word`.
+template <int NT, bool kSpecial>
+__device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&part)[NT][4],
+                                          uint32_t sw_word, int b, const float2 (&sx)[NT],
+                                          int nt_used) {
+  float sw0, sw1;
+  if constexpr (kSpecial) {
+    sw0 = e8m0_f((sw_word >> (16 * b)) & 0xFFu);
+    sw1 = e8m0_f((sw_word >> (16 * b + 8)) & 0xFFu);
+  } else {
+    sw0 = e8m0_normal_at(sw_word, 16 * b);
+    sw1 = e8m0_normal_at(sw_word, 16 * b + 8);
+  }
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) ring.w[d][mt] = ldg_stream_u4(wp + (kc * 4 + mt) * 32 + lane);
-      ring.s[d] = __ldg(ws4 + kc * 8 + g);
+  for (int nt = 0; nt < NT; ++nt) {
+    if (NT == 1 || nt < nt_used) {
+      acc[nt][0] = __fmaf_rn(part[nt][0], sw0 * sx[nt].x, acc[nt][0]);
+      acc[nt][1] = __fmaf_rn(part[nt][1], sw0 * sx[nt].y, acc[nt][1]);
+      acc[nt][2] = __fmaf_rn(part[nt][2], sw1 * sx[nt].x, acc[nt][2]);
+      acc[nt][3] = __fmaf_rn(part[nt][3], sw1 * sx[nt].y, acc[nt][3]);
     }
+  }
 }
 
 /// Decode-path warp mainloop (E4M3 operand B, FP16 MMAs), streaming this warp's 64
-/// weight rows with `D` 64-K chunks in flight per lane (the ring, filled by
-/// fast_prefetch; loads are issued right after a slot is consumed), over the chunks
-/// [kc_begin, kc_end) (a split of K; indices into wp, ws4, brow, s_sx are absolute).
+/// weight rows through the shared-memory ring (D - 1 chunks in flight; fast_prefetch
+/// issued the first ones) over the chunks [kc_begin, kc_end) (a split of K; indices into
+/// wp, ws4, brow, s_sx are absolute).
 ///   acc[mt][nt][.] += W x B^T for the 8-token tiles nt < nt_used (warp-uniform; the
 ///   other tiles hold no rows and their MMAs are skipped);
 ///   brow[nt]: this lane's B row (E4M3 codes of token g of tile nt) or null (zeros);
@@ -251,7 +299,7 @@ __device__ __forceinline__ void fast_prefetch(FastRing<D>& ring, const uint4* __
 ///   kSpecial: the row group holds weight scale bytes 0 or 0xFF (exact e8m0_f); else the
 ///   two-op conversion. Both give the same float for bytes 1..254.
 template <int NT, int D, bool kSpecial>
-__device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D>& ring,
+__device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
                                               int kc_end, int kb_count,
@@ -260,67 +308,69 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D
   constexpr int BT = 8 * NT;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  for (int kc0 = kc_begin; kc0 < kc_end; kc0 += D) {
+  for (int kc = kc_begin; kc < kc_end; ++kc) {
+    const int i = kc - kc_begin;
+    // The stage refilled here was read in the previous iteration; every lane is past
+    // those reads (their values fed that iteration's MMAs) once the warp syncs.
+    __syncwarp();
+    fast_issue<D>(ring, wp, ws4, kc + D - 1, kc_end, (i + D - 1) % D);
+    cp_async_wait<D - 1>();  // this lane's copies of chunk kc have landed
+    __syncwarp();            // and the scale words other lanes copied
+    const uint4* st = ring.stage + (i % D) * (kFastStageBytes / 16);
+    uint4 wv[4];
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int kc = kc0 + d;
-      if (kc >= kc_end) break;  // warp-uniform
+    for (int mt = 0; mt < 4; ++mt) wv[mt] = st[mt * 32 + lane];
+    const uint4 sv = st[4 * 32 + g];
+    const uint32_t sws[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int kb = 2 * kc + b;
-        if (kb >= kb_count) break;  // warp-uniform: K % 64 == 32 tail
-        uint32_t bf[NT][4];
-        float2 sx[NT];
+    for (int b = 0; b < 2; ++b) {
+      const int kb = 2 * kc + b;
+      if (kb >= kb_count) break;  // warp-uniform: K % 64 == 32 tail
+      uint32_t bf[NT][4];
+      float2 sx[NT];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          if (nt < nt_used) {
-            uint2 v = make_uint2(0u, 0u);
-            if (brow[nt] != nullptr)
-              v = __ldg(reinterpret_cast<const uint2*>(brow[nt] + kb * 32 + 8 * t));
-            bf[nt][0] = e4m3x2_to_f16x2(v.x);
-            bf[nt][1] = e4m3x2_to_f16x2(v.x >> 16);
-            bf[nt][2] = e4m3x2_to_f16x2(v.y);
-            bf[nt][3] = e4m3x2_to_f16x2(v.y >> 16);
-            sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
-          }
-        }
-        const uint32_t sws[4] = {ring.s[d].x, ring.s[d].y, ring.s[d].z, ring.s[d].w};
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          const uint32_t w0 = b ? ring.w[d][mt].z : ring.w[d][mt].x;  // row g
-          const uint32_t w1 = b ? ring.w[d][mt].w : ring.w[d][mt].y;  // row g + 8
-          uint32_t r0[4], r1[4];
-          fp4x8_to_f16(w0, r0);
-          fp4x8_to_f16(w1, r1);
-          const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
-          const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
-          float sw0, sw1;
-          if constexpr (kSpecial) {
-            sw0 = e8m0_f((sws[mt] >> (16 * b)) & 0xFFu);
-            sw1 = e8m0_f((sws[mt] >> (16 * b + 8)) & 0xFFu);
-          } else {
-            sw0 = e8m0_normal_at(sws[mt], 16 * b);
-            sw1 = e8m0_normal_at(sws[mt], 16 * b + 8);
-          }
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (nt < nt_used) {
-              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-              mma_f16_16816(part, a_s0, bf[nt][0], bf[nt][1]);
-              mma_f16_16816(part, a_s1, bf[nt][2], bf[nt][3]);
-              acc[mt][nt][0] = __fmaf_rn(part[0], sw0 * sx[nt].x, acc[mt][nt][0]);
-              acc[mt][nt][1] = __fmaf_rn(part[1], sw0 * sx[nt].y, acc[mt][nt][1]);
-              acc[mt][nt][2] = __fmaf_rn(part[2], sw1 * sx[nt].x, acc[mt][nt][2]);
-              acc[mt][nt][3] = __fmaf_rn(part[3], sw1 * sx[nt].y, acc[mt][nt][3]);
-            }
-          }
+      for (int nt = 0; nt < NT; ++nt) {
+        if (NT == 1 || nt < nt_used) {
+          uint2 v = make_uint2(0u, 0u);
+          if (brow[nt] != nullptr)
+            v = __ldg(reinterpret_cast<const uint2*>(brow[nt] + kb * 32 + 8 * t));
+          bf[nt][0] = e4m3x2_to_f16x2(v.x);
+          bf[nt][1] = e4m3x2_to_f16x2(v.x >> 16);
+          bf[nt][2] = e4m3x2_to_f16x2(v.y);
+          bf[nt][3] = e4m3x2_to_f16x2(v.y >> 16);
+          sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
         }
       }
-      if (kc + D < kc_end) {
+      // At NT = 1 all four row tiles' MMAs are issued before their folds, so each
+      // fold's wait on its MMA overlaps the other tiles' decode and MMAs. At NT >= 2
+      // each row tile already has NT independent MMA chains (and registers are short).
+      constexpr int kParts = NT == 1 ? 4 : 1;
+      float part[kParts][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const int pm = kParts == 4 ? mt : 0;
+        const uint32_t w0 = b ? wv[mt].z : wv[mt].x;  // row g
+        const uint32_t w1 = b ? wv[mt].w : wv[mt].y;  // row g + 8
+        uint32_t r0[4], r1[4];
+        fp4x8_to_f16(w0, r0);
+        fp4x8_to_f16(w1, r1);
+        const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
+        const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (NT == 1 || nt < nt_used) {  // tile 0 always holds a row
+#pragma unroll
+            for (int j = 0; j < 4; ++j) part[pm][nt][j] = 0.0f;
+            mma_f16_16816(part[pm][nt], a_s0, bf[nt][0], bf[nt][1]);
+            mma_f16_16816(part[pm][nt], a_s1, bf[nt][2], bf[nt][3]);
+          }
+        }
+        if (kParts == 1) fast_fold<NT, kSpecial>(acc[mt], part[0], sws[mt], b, sx, nt_used);
+      }
+      if (kParts == 4) {
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
-          ring.w[d][mt] = ldg_stream_u4(wp + ((kc + D) * 4 + mt) * 32 + lane);
-        ring.s[d] = __ldg(ws4 + (kc + D) * 8 + g);
+          fast_fold<NT, kSpecial>(acc[mt], part[kParts == 4 ? mt : 0], sws[mt], b, sx, nt_used);
       }
     }
   }
@@ -329,7 +379,7 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], FastRing<D
 /// warp_mma_fast with the scale path picked per row group (warp-uniform).
 template <int NT, int D>
 __device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][NT][4],
-                                                  FastRing<D>& ring, const uint4* __restrict__ wp,
+                                                  const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
                                                   int kc_end, int kb_count,
                                                   const uint8_t* const (&brow)[NT],
