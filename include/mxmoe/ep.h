@@ -104,6 +104,8 @@ class CudaEpLayer {
   /// `phase_events` (optional, benchmarks): 4 cudaEvent_t recorded on `stream` at the
   /// start, after dispatch, after the local experts and at the end.
   /// Collective: every rank calls forward the same number of times, in the same order.
+  /// The layer owns its exchange buffers: forwards on one layer must be stream-ordered
+  /// (one stream, or synchronized), never concurrent.
   void forward(const ForwardArgs& args, void* stream, void* const* phase_events = nullptr) const;
 
   /// CudaMoeLayer::kErrorExpertIdOutOfRange when the last forward on this rank skipped an
@@ -140,7 +142,8 @@ class CudaEpHostSession {
   };
   /// `iterations` timed forwards (eager, or graph replays in Padded mode), each after a
   /// barrier across the ranks and a write of a buffer larger than L2 (cold cache); per
-  /// phase, the median over the iterations of this rank's CUDA-event times.
+  /// phase, the median over the iterations of this rank's CUDA-event times. Graph replays
+  /// report total_us only (the phases stay 0).
   PhaseTiming time(int iterations, bool use_graph);
 
   struct Impl;
