@@ -1,4 +1,4 @@
-// The `mxmoe` command: info, run, validate, bench, convert, generate.
+// The `mxmoe` command: info, run, validate, bench, ep-bench, convert, generate.
 // Every command exits non-zero on any failure; --json writes machine-readable results.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -21,6 +21,7 @@
 #include "mxmoe/routing.h"
 #include "mxmoe/safetensors.h"
 #include "mxmoe/suite.h"
+#include "ep_bench.h"
 #include "table.h"
 
 using json = nlohmann::json;
@@ -407,6 +408,9 @@ int main(int argc, char** argv) {
   bench->add_option("--hbm-tbps", bo.hbm_tbps, "HBM ceiling for the floor (measured copy bandwidth)");
   bench->add_option("--bf16-tflops", bo.bf16_tflops, "BF16 tensor-core ceiling");
 
+  EpBenchOptions ebo;
+  auto* ep_bench = add_ep_bench_command(app, ebo);
+
   auto* conv = app.add_subcommand("convert", "convert a checkpoint between Kimi and GPT-OSS layouts");
   std::string cin, cout_path, cto = "gpt-oss", cprefix;
   int64_t clayer = 0;
@@ -441,6 +445,7 @@ int main(int argc, char** argv) {
     if (*val) return cmd_validate(suite, backend, vjson, vseed ? vseed : fresh_seed(), filter);
     if (*run) return cmd_run(ro);
     if (*bench) return cmd_bench(bo);
+    if (*ep_bench) return cmd_ep_bench(ebo);
     if (*conv) {
       LoadOptions lo;
       lo.layer = clayer;
