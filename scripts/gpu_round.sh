@@ -3,7 +3,8 @@
 # GPU tests, the validation suite, the main job, the benchmark beside the PyTorch
 # baseline, compute-sanitizer, and (optionally) the Python package's GPU tests.
 #   scripts/gpu_round.sh BUILD_DIR OUT_DIR [sections...]
-# sections: tests validate run bench sanitize python (default: all). Prints a short
+# sections: tests ep epbench validate run bench sanitize python (default: all but the
+# two EP ones, which need a 2-GPU machine). Prints a short
 # summary table last; logs and JSON go to OUT_DIR/round.tgz (one file: the device tool
 # brings back at most 8), the summary also to OUT_DIR/summary.txt.
 set -uo pipefail
@@ -16,6 +17,14 @@ note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 has() { [[ " $sections " == *" $1 "* ]]; }
 last_line() { grep -E "$2" "$1" | tail -1; }
 
+# NCCL (the CLI and test_ep load libnccl.so.2): next to CUDA, or from the pip package
+# nvidia-nccl-cu13 that the GPU machine's Python carries.
+if ! ldconfig -p | grep -q libnccl.so.2; then
+  nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on these shared hosts
+
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$O/gpu.txt"
 
 if has tests; then
@@ -24,6 +33,16 @@ if has tests; then
     timeout 400 "$t" --gtest_brief=1 > "$O/$n.log" 2>&1
     note "$n" "rc=$? $(last_line "$O/$n.log" 'PASSED|FAILED' )"
   done
+fi
+if has ep; then
+  # Expert parallelism over NCCL: the tests fork one process per GPU (skip below 2 GPUs).
+  timeout 500 "$B"/tests/test_ep --gtest_brief=1 > "$O/test_ep.log" 2>&1
+  note "test_ep" "rc=$? $(last_line "$O/test_ep.log" 'PASSED|FAILED|SKIPPED')"
+fi
+if has epbench; then
+  timeout 500 "$B"/mxmoe ep-bench --ranks 2 --json "$O/ep_bench.json" > "$O/ep_bench.log" 2>&1
+  note "mxmoe ep-bench --ranks 2" "rc=$?"
+  tail -30 "$O/ep_bench.log"
 fi
 if has validate; then
   timeout 400 "$B"/mxmoe validate --suite all --backend cuda --json "$O/validate_cuda.json" > "$O/validate_cuda.log" 2>&1

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 // mainloop with the weights streamed D chunks deep. Each block stages its token tile's
 // row pointers and x scales in shared memory once; all 4 warps share them.
 template <int NT, int D, bool kFp8Inter>
-__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT)) gemm1_fast_kernel(const Gemm1Params p) {
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fast_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [K/32][BT]
   __shared__ float s_back[BT];
@@ -260,6 +260,10 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
   const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
+  if (smem > static_cast<size_t>(kDefaultSmemBytes))
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
   gemm1_fast_kernel<NT, D, kFp8Inter><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
 }
@@ -284,14 +288,17 @@ int gemm_token_tile(int64_t tokens) { return 8 * plan_gemm(tokens, true, 0).nt; 
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
   const GemmPlan plan = plan_gemm(p.tokens, p.x_fp8, p.hidden / kMxBlock);
   if (plan.fast) {
-    const int sel = (plan.nt == 1 ? 0 : plan.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
+    const bool deep = plan.nt == 1 && plan.depth == 8;
+    const int sel = (plan.nt == 1 ? (deep ? 6 : 0) : plan.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
     switch (sel) {
-      case 0: return launch_fast<1, fast_depth(1), false>(p, stream);
-      case 1: return launch_fast<1, fast_depth(1), true>(p, stream);
-      case 2: return launch_fast<2, fast_depth(2), false>(p, stream);
-      case 3: return launch_fast<2, fast_depth(2), true>(p, stream);
-      case 4: return launch_fast<4, fast_depth(4), false>(p, stream);
-      default: return launch_fast<4, fast_depth(4), true>(p, stream);
+      case 0: return launch_fast<1, 4, false>(p, stream);
+      case 1: return launch_fast<1, 4, true>(p, stream);
+      case 6: return launch_fast<1, 8, false>(p, stream);
+      case 7: return launch_fast<1, 8, true>(p, stream);
+      case 2: return launch_fast<2, 4, false>(p, stream);
+      case 3: return launch_fast<2, 4, true>(p, stream);
+      case 4: return launch_fast<4, 3, false>(p, stream);
+      default: return launch_fast<4, 3, true>(p, stream);
     }
   }
   const int sel = (plan.nt == 1 ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);

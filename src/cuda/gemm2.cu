@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
 // Decode path (heuristics.h): E4M3 intermediate through the FP16 mainloop, weights
 // streamed D chunks deep, the token tile's row scales staged once per block.
 template <int NT, int D>
-__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT)) gemm2_fast_kernel(const Gemm2Params p) {
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fast_kernel(const Gemm2Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [N/32][BT]
   __shared__ float s_back[BT];
@@ -182,6 +182,10 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32) * p.splits));
   const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
+  if (smem > static_cast<size_t>(kDefaultSmemBytes))
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fast_kernel<NT, D>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
   gemm2_fast_kernel<NT, D><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
@@ -207,9 +211,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(ok, "Gemm2Params.splits", p.splits, ": needs 1..", kGemm2MaxSplits,
                     ", no bias and a range-factor buffer");
     switch (plan.nt) {
-      case 1: return launch_fast<1, fast_depth(1)>(p, stream);
-      case 2: return launch_fast<2, fast_depth(2)>(p, stream);
-      default: return launch_fast<4, fast_depth(4)>(p, stream);
+      case 1: return plan.depth == 8 ? launch_fast<1, 8>(p, stream) : launch_fast<1, 4>(p, stream);
+      case 2: return launch_fast<2, 4>(p, stream);
+      default: return launch_fast<4, 3>(p, stream);
     }
   }
   MXMOE_CHECK_ARG(p.splits == 1, "Gemm2Params.splits", p.splits,

@@ -15,9 +15,10 @@ namespace mxmoe::cuda_detail {
 
 /// Largest token count routed to the decode path.
 inline constexpr int64_t kDecodeMaxTokens = 32;
-/// Static shared-memory limit a kernel gets without opting in (bytes): the decode path's
-/// per-block B scales plus its weight rings must fit.
-inline constexpr int64_t kFastMaxSmemBytes = 48 * 1024;
+/// Shared memory of one decode block (bytes): its B scales plus its warps' weight rings
+/// must fit. Above 48 KB the launcher opts the kernel in (cudaFuncSetAttribute).
+inline constexpr int64_t kFastMaxSmemBytes = 96 * 1024;
+inline constexpr int64_t kDefaultSmemBytes = 48 * 1024;
 /// Bytes of one weight-ring stage (one warp's 64-K chunk: 4 x 512 weight bytes and 8
 /// scale words; see FastRing in mx_mma.cuh) and the decode kernels' warps per block.
 inline constexpr int kFastStageBytes = 4 * 32 * 16 + 8 * 16;
@@ -29,12 +30,19 @@ struct GemmPlan {
   int depth = 4;      // ring stages per warp (fast path): depth - 1 64-K chunks in flight
 };
 
-/// Blocks per SM the decode kernels are compiled for (__launch_bounds__): the register
-/// budget that keeps enough warps, and so enough weight chunks, in flight per SM. With
-/// the shared-memory rings a warp holds no registers for chunks in flight, so these
-/// compile without spills (ptxas -v).
-constexpr int fast_min_blocks(int nt) { return nt == 1 ? 5 : nt == 2 ? 4 : 2; }
-constexpr int fast_depth(int nt) { return nt == 4 ? 3 : 4; }
+/// Ring stages per warp and blocks per SM (__launch_bounds__) of the decode kernels.
+/// With the shared-memory rings a warp holds no registers for chunks in flight, so the
+/// register budget sets how many warps (and chunks) an SM keeps in flight; these compile
+/// without spills (ptxas -v). Measured on the H200 (mxmoe bench, graph): at M=1 (16
+/// experts, one wave of 2.9 blocks per SM) 8 stages at 3 blocks/SM beat 4 stages at 5
+/// (153 vs 176 us); at M=2..8 (all 28 experts, 5 blocks/SM filled) 4 stages at 5 win
+/// (196 vs 223 us at M=2; equal at M=8).
+constexpr int fast_depth(int nt, int64_t tokens) {
+  return nt == 1 ? (tokens <= 1 ? 8 : 4) : nt == 2 ? 4 : 3;
+}
+constexpr int fast_min_blocks(int nt, int depth) {
+  return nt == 1 ? (depth >= 8 ? 3 : 5) : nt == 2 ? 4 : 2;
+}
 
 /// Rows per expert are at most `tokens` unless a token repeats an expert (then the
 /// kernels loop over extra tiles), so the tile is sized from the token count: one MMA
@@ -43,7 +51,7 @@ inline GemmPlan plan_gemm(int64_t tokens, bool operand_fp8, int64_t kb_count) {
   GemmPlan g;
   if (operand_fp8 && tokens <= kDecodeMaxTokens) {
     g.nt = tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4;
-    g.depth = fast_depth(g.nt);
+    g.depth = fast_depth(g.nt, tokens);
     // The block's B scales and its warps' rings live in dynamic shared memory.
     g.fast = kb_count * 8 * g.nt * 4 + int64_t{kFastWarps} * g.depth * kFastStageBytes <= kFastMaxSmemBytes;
     if (g.fast) return g;
