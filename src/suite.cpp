@@ -350,6 +350,17 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
         add(c);
       }
     }
+    // The decode path's 16- and 32-token tiles at the real shape (their shared memory
+    // sits at and above the 48 KB default; the M=1 case covers the 8-token tile).
+    for (int64_t m : {16, 32}) {
+      SuiteCase c;
+      c.name = "kimi-real-situ-decode-m" + std::to_string(m);
+      c.what = "Kimi-K3 real shape, SiTU, decode with " + std::to_string(m) + " tokens (16/32-token tiles)";
+      c.cfg = kimi_config(3584, 3072, Activation::SiTU);
+      c.tokens = m;
+      c.routing = RoutingPattern::LocalOnly;
+      add(c);
+    }
   }
   return cases;
 }

@@ -270,6 +270,10 @@ struct BenchOptions {
   std::string json_path;
   std::string baseline_json;  // PyTorch baseline times measured in the same run (bench/)
   double hbm_tbps = 4.25, bf16_tflops = 792.0, fp8_tflops = 1448.0;
+  // > 1: model the receiving side of EP over this many ranks (exact mode): M is tokens
+  // per rank, every rank's tokens route uniformly over all 896 experts, and the layer
+  // runs on the tokens that hit this rank's 28 experts, with their other slots skipped.
+  int ep_ranks = 1;
 };
 
 int cmd_bench(const BenchOptions& o) {
@@ -311,17 +315,42 @@ int cmd_bench(const BenchOptions& o) {
     baseline = json::parse(f);
   }
   CudaMoeLayer layer(cfg, w);
-  const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end());
+  const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end()) * o.ep_ranks;
   CudaHostSession session(layer, max_m);
   Table t({"M", "mode", "experts", "time us", "TB/s", "TFLOP/s", "x HBM floor", "x MMA floor", "torch us", "speedup"});
   json out = json::array();
   const int32_t first = static_cast<int32_t>(cfg.ep_rank * E);
-  for (int64_t M : o.tokens) {
+  if (o.ep_ranks != 1 && (o.ep_ranks < 1 || cfg.num_experts % o.ep_ranks != 0 ||
+                          cfg.num_experts / o.ep_ranks != E))
+    throw InvalidArgument("--ep-ranks", "must be 32 (28 experts per rank of 896) or 1");
+  for (int64_t M_in : o.tokens) {
     Routing r;
-    r.tokens = M;
     r.top_k = 16;
     std::vector<bool> touched(E, false);
-    for (int64_t tkn = 0; tkn < M; ++tkn) {
+    int64_t M = M_in;
+    if (o.ep_ranks > 1) {
+      // Tokens of all ranks, each with 16 distinct experts of 896; keep those that hit
+      // this rank (ids stay global: the layer skips the other ranks' experts).
+      M = 0;
+      for (int64_t tkn = 0; tkn < M_in * o.ep_ranks; ++tkn) {
+        std::vector<int32_t> ids;
+        while (ids.size() < 16) {
+          const auto id = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.num_experts)));
+          if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+        }
+        bool hit = false;
+        for (int32_t id : ids) hit |= id >= first && id < first + E;
+        if (!hit) continue;
+        for (int32_t id : ids) {
+          r.ids.push_back(id);
+          r.weights.push_back(1.0f / 16);
+          if (id >= first && id < first + E) touched[id - first] = true;
+        }
+        ++M;
+      }
+    }
+    r.tokens = M;
+    for (int64_t tkn = 0; o.ep_ranks == 1 && tkn < M; ++tkn) {
       // 16 distinct local experts per token, rotating so tokens spread over all 28.
       std::vector<int32_t> perm(E);
       for (int64_t e = 0; e < E; ++e) perm[e] = static_cast<int32_t>(e);
@@ -337,19 +366,23 @@ int cmd_bench(const BenchOptions& o) {
     Activations x = make_activations(M, K, 777 + M).to_mxfp8();
     session.set_inputs(x, &r, nullptr);
     const double bytes = n_touched * bytes_per_expert;
-    const double flops = flops_per_row * static_cast<double>(M * 16);
+    int64_t local_slots = 0;
+    for (int32_t id : r.ids) local_slots += id >= first && id < first + E;
+    const double flops = flops_per_row * static_cast<double>(local_slots);
     const double hbm_floor_us = bytes / (o.hbm_tbps * 1e12) * 1e6;
     const double mma_floor_us = flops / (o.bf16_tflops * 1e12) * 1e6;
-    const std::string key = std::to_string(M);
-    const double torch_us = baseline.contains(key) ? baseline[key].get<double>() : 0.0;
+    const std::string key = std::to_string(M);  // the baseline is single-GPU only
+    const std::string label = o.ep_ranks > 1 ? std::to_string(M_in) + "/rank->" + key : key;
+    const double torch_us = o.ep_ranks == 1 && baseline.contains(key) ? baseline[key].get<double>() : 0.0;
     for (bool graph : {false, true}) {
       CudaHostSession::Timing tm = session.time(o.iterations, graph);
       const double us = tm.median_us;
-      t.row({std::to_string(M), graph ? "graph" : "eager", std::to_string(n_touched), fix(us, 1),
+      t.row({label, graph ? "graph" : "eager", std::to_string(n_touched), fix(us, 1),
              fix(bytes / (us * 1e-6) / 1e12, 2), fix(flops / (us * 1e-6) / 1e12, 1),
              fix(us / hbm_floor_us, 2), fix(us / mma_floor_us, 2), torch_us > 0 ? fix(torch_us, 1) : "-",
              torch_us > 0 ? fix(torch_us / us, 2) : "-"});
-      out.push_back({{"tokens", M}, {"mode", graph ? "graph" : "eager"}, {"experts_touched", n_touched},
+      out.push_back({{"tokens", M}, {"tokens_per_rank", M_in}, {"ep_ranks", o.ep_ranks},
+                     {"local_slots", local_slots}, {"mode", graph ? "graph" : "eager"}, {"experts_touched", n_touched},
                      {"median_us", us}, {"min_us", tm.min_us}, {"max_us", tm.max_us},
                      {"iterations", tm.iterations}, {"tbps", bytes / (us * 1e-6) / 1e12},
                      {"tflops", flops / (us * 1e-6) / 1e12}, {"hbm_floor_us", hbm_floor_us},
@@ -407,6 +440,8 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bo.json_path, "write results as JSON");
   bench->add_option("--hbm-tbps", bo.hbm_tbps, "HBM ceiling for the floor (measured copy bandwidth)");
   bench->add_option("--bf16-tflops", bo.bf16_tflops, "BF16 tensor-core ceiling");
+  bench->add_option("--ep-ranks", bo.ep_ranks,
+                    "model EP over this many ranks (32): --tokens are per rank; time this rank's share");
 
   EpBenchOptions ebo;
   auto* ep_bench = add_ep_bench_command(app, ebo);

@@ -260,7 +260,9 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
   const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
-  if (smem > static_cast<size_t>(kDefaultSmemBytes))
+  // The 48 KB default covers static plus dynamic shared memory; the kernel's static
+  // staging (row pointers, factors) is under 1 KB.
+  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
