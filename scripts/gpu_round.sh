@@ -53,9 +53,9 @@ if has run; then
   note "mxmoe run (main job)" "rc=$? $(last_line "$O/run.log" 'passed')"
 fi
 if has bench; then
-  timeout 200 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32,128 --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
+  timeout 200 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32,128,512 --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
   note "torch baseline" "rc=$?"
-  timeout 300 "$B"/mxmoe bench --tokens 1,2,4,8,16,32,128 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
+  timeout 300 "$B"/mxmoe bench --tokens 1,2,4,8,16,32,128,512 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
   note "mxmoe bench" "rc=$?"
 fi
 if has sanitize; then

@@ -122,6 +122,13 @@ void launch_quantize_permute(const PermuteParams& p, const uint16_t* x, int64_t 
                              ScaleRule rule, uint8_t* codes, uint8_t* scales,
                              cudaStream_t stream);
 
+/// The count class of one decode-path launch (heuristics.h plan_fast): its blocks work
+/// only on experts with count_lo < rows <= count_hi, with `z` token-tile slots.
+struct FastLaunch {
+  int32_t count_lo = 0, count_hi = 0x7FFFFFFF;
+  int z = 1;
+};
+
 struct Gemm1Params {
   MatView w13;                       // rows 2N (kernel layout), cols K
   const float* bias = nullptr;       // [E_local][2N] or null
@@ -141,6 +148,7 @@ struct Gemm1Params {
   uint8_t* inter_scale = nullptr;
   bool inter_fp8 = false;
   ScaleRule rule = ScaleRule::RoundUp;
+  FastLaunch fast;                   // set by launch_gemm1 per decode-path launch
 };
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
 
@@ -161,6 +169,7 @@ struct Gemm2Params {
   int splits = 1;
   int64_t split_stride = 0;
   float* back = nullptr;
+  FastLaunch fast;                   // set by launch_gemm2 per decode-path launch
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
 
@@ -182,7 +191,6 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 
 /// Token tile (8 * NT tokens per warp) the GEMMs use for `tokens` tokens: 8 for decode
 /// (the MMA's N dimension holds the few tokens: "swap AB"), 32 otherwise.
-int gemm_token_tile(int64_t tokens);
 
 /// cudaSuccess when this binary holds kernels the current device can run (else e.g.
 /// cudaErrorNoKernelImageForDevice).

@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   const int rg = blockIdx.x * kWarps + warp;
   const bool active = rg < p.w13.rg;  // inactive warps still take part in the barriers
   const int count = p.counts[e];
-  if (count == 0) return;  // block-uniform
+  // Not this launch's count class (or no rows): block-uniform.
+  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
   const int kbK = static_cast<int>(K / kMxBlock);
@@ -255,10 +256,8 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
 template <int NT, int D, bool kFp8Inter>
 void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
-  const int64_t tiles = (p.tokens + BT - 1) / BT;
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
-                  static_cast<unsigned>(p.num_local),
-                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+                  static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z));
   const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
   // The 48 KB default covers static plus dynamic shared memory; the kernel's static
   // staging (row pointers, factors) is under 1 KB.
@@ -285,24 +284,28 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-int gemm_token_tile(int64_t tokens) { return 8 * plan_gemm(tokens, true, 0).nt; }
-
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
-  const GemmPlan plan = plan_gemm(p.tokens, p.x_fp8, p.hidden / kMxBlock);
-  if (plan.fast) {
-    const bool deep = plan.nt == 1 && plan.depth == 8;
-    const int sel = (plan.nt == 1 ? (deep ? 6 : 0) : plan.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
-    switch (sel) {
-      case 0: return launch_fast<1, 4, false>(p, stream);
-      case 1: return launch_fast<1, 4, true>(p, stream);
-      case 6: return launch_fast<1, 8, false>(p, stream);
-      case 7: return launch_fast<1, 8, true>(p, stream);
-      case 2: return launch_fast<2, 4, false>(p, stream);
-      case 3: return launch_fast<2, 4, true>(p, stream);
-      case 4: return launch_fast<4, 3, false>(p, stream);
-      default: return launch_fast<4, 3, true>(p, stream);
+  const FastPlan fast = plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock);
+  if (fast.ok) {
+    for (int i = 0; i < fast.n; ++i) {
+      const FastClass& c = fast.c[i];
+      Gemm1Params q = p;
+      q.fast = FastLaunch{c.lo, c.hi, c.z};
+      const int sel = (c.nt == 1 ? (c.depth == 8 ? 6 : 0) : c.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
+      switch (sel) {
+        case 0: launch_fast<1, 4, false>(q, stream); break;
+        case 1: launch_fast<1, 4, true>(q, stream); break;
+        case 6: launch_fast<1, 8, false>(q, stream); break;
+        case 7: launch_fast<1, 8, true>(q, stream); break;
+        case 2: launch_fast<2, 4, false>(q, stream); break;
+        case 3: launch_fast<2, 4, true>(q, stream); break;
+        case 4: launch_fast<4, 3, false>(q, stream); break;
+        default: launch_fast<4, 3, true>(q, stream); break;
+      }
     }
+    return;
   }
+  const GemmPlan plan = plan_gemm(p.tokens);
   const int sel = (plan.nt == 1 ? 4 : 0) | (p.x_fp8 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);
   switch (sel) {
     case 0: return launch_t<4, false, false>(p, stream);

@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   const int rg = blockIdx.x * kWarps + warp;
   const bool active = rg < p.w2.rg;
   const int count = p.counts[e];
-  if (count == 0) return;  // block-uniform
+  // Not this launch's count class (or no rows): block-uniform.
+  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
@@ -177,10 +178,8 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
 template <int NT, int D>
 void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
-  const int64_t tiles = (p.tokens + BT - 1) / BT;
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
-                  static_cast<unsigned>(p.num_local),
-                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32) * p.splits));
+                  static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z * p.splits));
   const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
   // The 48 KB default covers static plus dynamic shared memory; the kernel's static
   // staging (row pointers, factors) is under 1 KB.
@@ -206,18 +205,28 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
-  const GemmPlan plan = plan_gemm(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
-  if (plan.fast) {
+  const FastPlan fast = plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
+  if (fast.ok) {
     const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
                                       p.bias == nullptr && p.back != nullptr);
     MXMOE_CHECK_ARG(ok, "Gemm2Params.splits", p.splits, ": needs 1..", kGemm2MaxSplits,
                     ", no bias and a range-factor buffer");
-    switch (plan.nt) {
-      case 1: return plan.depth == 8 ? launch_fast<1, 8>(p, stream) : launch_fast<1, 4>(p, stream);
-      case 2: return launch_fast<2, 4>(p, stream);
-      default: return launch_fast<4, 3>(p, stream);
+    for (int i = 0; i < fast.n; ++i) {
+      const FastClass& c = fast.c[i];
+      Gemm2Params q = p;
+      q.fast = FastLaunch{c.lo, c.hi, c.z};
+      if (c.nt == 1) {
+        if (c.depth == 8) launch_fast<1, 8>(q, stream);
+        else launch_fast<1, 4>(q, stream);
+      } else if (c.nt == 2) {
+        launch_fast<2, 4>(q, stream);
+      } else {
+        launch_fast<4, 3>(q, stream);
+      }
     }
+    return;
   }
+  const GemmPlan plan = plan_gemm(p.tokens);
   MXMOE_CHECK_ARG(p.splits == 1, "Gemm2Params.splits", p.splits,
                   ": only the decode path splits the reduction (heuristics.h gemm2_splits)");
   const int sel = (plan.nt == 1 ? 2 : 0) | (p.inter_fp8 ? 1 : 0);

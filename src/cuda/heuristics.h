@@ -1,20 +1,25 @@
 // heuristics.h — which GEMM path and token tile the engine uses for a shape. Kept in one
 // place so the choice is visible and tunable without touching the kernels.
 //
-// Decode path ("fast"): the activation operand is MXFP8 (E4M3 codes, exact in FP16), the
-// tokens of one expert fit one warp tile of at most 32 rows, and the weights are the MMA's
-// large dimension. It uses FP16 MMAs (weights dequantized straight into FP16 bit fields,
-// see mx_mma.cuh), a deep register prefetch ring, and per-block shared-memory scales.
-// Otherwise the generic BF16 path (any activation format, any number of rows).
+// Decode path ("fast"): the activation operand is MXFP8 (E4M3 codes, exact in FP16) and the
+// weights are the MMA's large dimension. It uses FP16 MMAs (weights dequantized straight
+// into FP16 bit fields, see mx_mma.cuh), a shared-memory cp.async weight ring per warp, and
+// per-block shared-memory scales. Its token tile (8, 16 or 32 rows) is chosen per expert
+// from the expert's row count, which only the GPU knows: one launch per count class, whose
+// blocks leave at once for experts of another class (plan_fast). Otherwise the generic
+// BF16 path (any activation format, any number of rows).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 namespace mxmoe::cuda_detail {
 
-/// Largest token count routed to the decode path.
-inline constexpr int64_t kDecodeMaxTokens = 32;
+/// Largest token count routed to the decode path: above it the generic path (prefill).
+/// Rows per expert, not tokens, decide the decode path's efficiency: under EP32 a rank's
+/// ~400 received tokens at 32 tokens per rank hold ~18 rows per expert.
+inline constexpr int64_t kFastMaxTokens = 512;
 /// Shared memory of one decode block (bytes): its B scales plus its warps' weight rings
 /// must fit. Above 48 KB the launcher opts the kernel in (cudaFuncSetAttribute).
 inline constexpr int64_t kFastMaxSmemBytes = 96 * 1024;
@@ -24,11 +29,11 @@ inline constexpr int64_t kDefaultSmemBytes = 48 * 1024;
 inline constexpr int kFastStageBytes = 4 * 32 * 16 + 8 * 16;
 inline constexpr int kFastWarps = 4;
 
+/// Generic path token tile: 8-token MMA tiles per warp (token tile = 8 * nt rows).
 struct GemmPlan {
-  bool fast = false;  // decode path (FP16 MMA on E4M3 operands)
-  int nt = 1;         // 8-token MMA tiles per warp (token tile = 8 * nt rows)
-  int depth = 4;      // ring stages per warp (fast path): depth - 1 64-K chunks in flight
+  int nt = 1;
 };
+inline GemmPlan plan_gemm(int64_t tokens) { return GemmPlan{tokens <= 8 ? 1 : 4}; }
 
 /// Ring stages per warp and blocks per SM (__launch_bounds__) of the decode kernels.
 /// With the shared-memory rings a warp holds no registers for chunks in flight, so the
@@ -44,21 +49,45 @@ constexpr int fast_min_blocks(int nt, int depth) {
   return nt == 1 ? (depth >= 8 ? 3 : 5) : nt == 2 ? 4 : 2;
 }
 
-/// Rows per expert are at most `tokens` unless a token repeats an expert (then the
-/// kernels loop over extra tiles), so the tile is sized from the token count: one MMA
-/// tile per 8 tokens, which keeps the weights streamed exactly once per expert.
-inline GemmPlan plan_gemm(int64_t tokens, bool operand_fp8, int64_t kb_count) {
-  GemmPlan g;
-  if (operand_fp8 && tokens <= kDecodeMaxTokens) {
-    g.nt = tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4;
-    g.depth = fast_depth(g.nt, tokens);
-    // The block's B scales and its warps' rings live in dynamic shared memory.
-    g.fast = kb_count * 8 * g.nt * 4 + int64_t{kFastWarps} * g.depth * kFastStageBytes <= kFastMaxSmemBytes;
-    if (g.fast) return g;
+/// One decode-path launch: experts whose row count lies in (lo, hi] run with token tile
+/// 8 * nt, `depth` ring stages, and `z` token-tile slots in grid z (each slot loops over
+/// tiles lo + ... so any count is covered; z > 1 only spreads a big expert's tiles).
+struct FastClass {
+  int nt = 1, depth = 4;
+  int32_t lo = 0, hi = std::numeric_limits<int32_t>::max();
+  int z = 1;
+};
+struct FastPlan {
+  bool ok = false;  // false: the generic path
+  int n = 0;
+  FastClass c[3];
+};
+/// Rows per expert are at most `tokens` unless a token repeats an expert (then the last
+/// class's tile loop takes the extra tiles), so only the classes a count <= tokens can
+/// fall in are launched: 8-row tiles for counts <= 8, 16 for 9..16, 32 above (streaming
+/// the weights once per 32 rows).
+inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count) {
+  FastPlan f;
+  if (!operand_fp8 || tokens > kFastMaxTokens) return f;
+  constexpr int32_t kAny = std::numeric_limits<int32_t>::max();
+  if (tokens <= 8) {
+    f.c[f.n++] = FastClass{1, fast_depth(1, tokens), 0, kAny, 1};
+  } else {
+    f.c[f.n++] = FastClass{1, fast_depth(1, tokens), 0, 8, 1};
+    if (tokens <= 16) {
+      f.c[f.n++] = FastClass{2, fast_depth(2, tokens), 8, kAny, 1};
+    } else {
+      f.c[f.n++] = FastClass{2, fast_depth(2, tokens), 8, 16, 1};
+      const int z = static_cast<int>(std::clamp<int64_t>((tokens + 31) / 32, 1, 8));
+      f.c[f.n++] = FastClass{4, fast_depth(4, tokens), 16, kAny, z};
+    }
   }
-  g.nt = tokens <= 8 ? 1 : 4;
-  g.depth = 2;
-  return g;
+  // The block's B scales and its warps' rings live in dynamic shared memory.
+  f.ok = true;
+  for (int i = 0; i < f.n; ++i)
+    f.ok = f.ok && kb_count * 8 * f.c[i].nt * 4 + int64_t{kFastWarps} * f.c[i].depth * kFastStageBytes <=
+                       kFastMaxSmemBytes;
+  return f;
 }
 
 /// GEMM2 on the decode path splits its reduction (N, whole 64-K chunks) over grid z so
@@ -67,20 +96,22 @@ inline GemmPlan plan_gemm(int64_t tokens, bool operand_fp8, int64_t kb_count) {
 /// finalize sums the copies in split order, then applies the row's range factor, so
 /// results are deterministic. Not with a GEMM2 bias (it must follow the factor).
 inline constexpr int kGemm2MaxSplits = 4;
+/// Largest token count that splits (gemm2_splits): sizes the split copies of y.
+inline constexpr int64_t kGemm2SplitMaxTokens = 32;
 /// Measured on the H200 (test_engine DISABLED_Timing, Kimi shapes): M=1 (16 experts, 224
 /// blocks for 396 resident slots) 64.9 us unsplit / 67.6 (2) / 60.8 (4); M=8 (28
 /// experts, ~1 wave unsplit) 73.7 / 77.9 / 84.7; M=32 (NT=4, 2 blocks per SM, 1.5
 /// waves unsplit) 321 / 256 / 297.
-inline int gemm2_splits(int64_t tokens, const GemmPlan& g2, bool has_bias) {
-  if (!g2.fast || has_bias) return 1;
+inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
+  if (!fast || has_bias) return 1;
   if (tokens <= 1) return 4;
-  return g2.nt == 4 ? 2 : 1;
+  return tokens > 16 && tokens <= kGemm2SplitMaxTokens ? 2 : 1;
 }
 /// Rows of GEMM2's fp32 output per top-k slot: room for every split's copy, and
 /// non-decreasing in `tokens` (workspace_size(max) must cover every M <= max).
 inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
   if (!splittable) return tokens;
-  return std::max<int64_t>(tokens, kGemm2MaxSplits * std::min<int64_t>(tokens, kDecodeMaxTokens));
+  return std::max<int64_t>(tokens, kGemm2MaxSplits * std::min<int64_t>(tokens, kGemm2SplitMaxTokens));
 }
 
 /// Single-block permutation (one launch, fused with the activation quantization) when
