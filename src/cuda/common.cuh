@@ -1,4 +1,5 @@
-// common.cuh — error checking for every CUDA call and launch, shared by src/cuda/*.cu.
+// common.cuh — error checking for every CUDA call and launch, and the current-device
+// guard, shared by src/cuda/*.cu and src/ep/*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,3 +32,21 @@ namespace mxmoe::cuda_detail {
       ::mxmoe::cuda_detail::throw_cuda(mxmoe_err_, "launch of " kernel_name, __FILE__, \
                                        __LINE__);                                     \
   } while (0)
+
+namespace mxmoe::cuda_detail {
+
+/// Makes `dev` the current device for a scope (a layer lives on its own device whatever
+/// the caller's current one) and restores the caller's device on the way out.
+struct DeviceGuard {
+  int prev = -1;
+  explicit DeviceGuard(int dev) {
+    MXMOE_CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != dev) MXMOE_CUDA_CHECK(cudaSetDevice(dev));
+  }
+  ~DeviceGuard() {
+    int cur = -1;
+    if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
+  }
+};
+
+}  // namespace mxmoe::cuda_detail

@@ -36,18 +36,6 @@ int cuda_device_count() {
 
 namespace {
 
-struct DeviceGuard {
-  int prev = -1;
-  explicit DeviceGuard(int dev) {
-    MXMOE_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != dev) MXMOE_CUDA_CHECK(cudaSetDevice(dev));
-  }
-  ~DeviceGuard() {
-    int cur = -1;
-    if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
-  }
-};
-
 // Why device `dev` cannot run the engine ("" when it can). Assumes dev is current.
 std::string unsupported_reason(const cudaDeviceProp& prop) {
   if (prop.major < 8)

@@ -133,23 +133,11 @@ struct Scratch {
   }
 };
 
-struct CurrentDevice {
-  int prev = -1;
-  explicit CurrentDevice(int dev) {
-    MXMOE_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != dev) MXMOE_CUDA_CHECK(cudaSetDevice(dev));
-  }
-  ~CurrentDevice() {
-    int cur = -1;
-    if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
-  }
-};
-
 }  // namespace
 
 std::vector<double> EpComm::max_over_ranks(const std::vector<double>& v) const {
   if (v.empty()) return v;
-  CurrentDevice dev(impl_->device);
+  cuda_detail::DeviceGuard dev(impl_->device);
   Scratch s;
   void* d = s.alloc(v.size() * sizeof(double));
   std::vector<double> out(v.size());
@@ -163,7 +151,7 @@ std::vector<double> EpComm::max_over_ranks(const std::vector<double>& v) const {
 EpBandwidth ep_sendrecv_bandwidth(const EpComm& comm, size_t bytes, int iterations) {
   MXMOE_CHECK_ARG(bytes >= 1, "bytes", "must be >= 1");
   MXMOE_CHECK_ARG(iterations >= 1, "iterations", "must be >= 1, got ", iterations);
-  CurrentDevice dev(comm.device());
+  cuda_detail::DeviceGuard dev(comm.device());
   Scratch s;
   void* src = s.alloc(bytes);
   void* dst = s.alloc(bytes);

@@ -43,18 +43,6 @@ DevPtr device_zeros(size_t bytes) {
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-struct DeviceGuard {
-  int prev = -1;
-  explicit DeviceGuard(int dev) {
-    MXMOE_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != dev) MXMOE_CUDA_CHECK(cudaSetDevice(dev));
-  }
-  ~DeviceGuard() {
-    int cur = -1;
-    if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
-  }
-};
-
 // NCCL calls inside ncclGroupStart/End: the group is always ended, even when a call in
 // it fails, so the communicator is never left inside an open group.
 template <typename F>
@@ -119,7 +107,7 @@ CudaEpLayer::CudaEpLayer(const MoeConfig& cfg, const ExpertWeights& weights, con
   s.rows_cap = max_tokens_per_rank;
   s.mode = mode;
   const int W = s.world;
-  DeviceGuard guard(s.device);
+  cuda_detail::DeviceGuard guard(s.device);
 
   // ---- local checks and allocation; a failure is held until the ranks have agreed
   std::exception_ptr failure;
@@ -447,7 +435,7 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
 
 uint32_t CudaEpLayer::read_error_flags(void* stream) const {
   const Impl& s = *impl_;
-  DeviceGuard guard(s.device);
+  cuda_detail::DeviceGuard guard(s.device);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   uint32_t mine = 0;
   MXMOE_CUDA_CHECK(cudaMemcpyAsync(&mine, s.error.get(), sizeof mine, cudaMemcpyDeviceToHost, st));
