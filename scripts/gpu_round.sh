@@ -17,7 +17,7 @@ note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
 has() { [[ " $sections " == *" $1 "* ]]; }
 last_line() { grep -E "$2" "$1" | tail -1; }
 
-# NCCL (the CLI and test_ep load libnccl.so.2): next to CUDA, or from the pip package
+# NCCL (EP runs dlopen libnccl.so.2): next to CUDA, or from the pip package
 # nvidia-nccl-cu13 that the GPU machine's Python carries.
 if ! ldconfig -p | grep -q libnccl.so.2; then
   nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)

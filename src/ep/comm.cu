@@ -53,7 +53,7 @@ EpUniqueId ep_unique_id() {
   static_assert(sizeof(ncclUniqueId) == sizeof(EpUniqueId), "ncclUniqueId is 128 bytes");
   force_nccl_environment();
   ncclUniqueId id;
-  MXMOE_NCCL_CHECK(ncclGetUniqueId(&id));
+  MXMOE_NCCL_CHECK(nccl_api().GetUniqueId(&id));
   EpUniqueId out;
   std::memcpy(out.data(), &id, sizeof id);
   return out;
@@ -85,7 +85,7 @@ EpComm::EpComm(const EpUniqueId& id, int world_size, int rank, int device)
   MXMOE_CUDA_CHECK(cudaSetDevice(dev));
   ncclUniqueId nid;
   std::memcpy(&nid, id.data(), sizeof nid);
-  const ncclResult_t r = ncclCommInitRank(&impl_->comm, world_size, nid, rank);
+  const ncclResult_t r = nccl_api().CommInitRank(&impl_->comm, world_size, nid, rank);
   if (prev != dev) cudaSetDevice(prev);
   MXMOE_NCCL_CHECK(r);
 }
@@ -95,7 +95,7 @@ EpComm::~EpComm() {
     int prev = -1;
     cudaGetDevice(&prev);
     if (prev != impl_->device) cudaSetDevice(impl_->device);
-    ncclCommDestroy(impl_->comm);
+    nccl_api().CommDestroy(impl_->comm);
     if (prev >= 0 && prev != impl_->device) cudaSetDevice(prev);
   }
 }
@@ -142,7 +142,7 @@ std::vector<double> EpComm::max_over_ranks(const std::vector<double>& v) const {
   void* d = s.alloc(v.size() * sizeof(double));
   std::vector<double> out(v.size());
   MXMOE_CUDA_CHECK(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(double), cudaMemcpyHostToDevice, s.stream));
-  MXMOE_NCCL_CHECK(ncclAllReduce(d, d, v.size(), ncclFloat64, ncclMax, impl_->comm, s.stream));
+  MXMOE_NCCL_CHECK(nccl_api().AllReduce(d, d, v.size(), ncclFloat64, ncclMax, impl_->comm, s.stream));
   MXMOE_CUDA_CHECK(cudaMemcpyAsync(out.data(), d, v.size() * sizeof(double), cudaMemcpyDeviceToHost, s.stream));
   MXMOE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   return out;
@@ -160,10 +160,10 @@ EpBandwidth ep_sendrecv_bandwidth(const EpComm& comm, size_t bytes, int iteratio
   const int next = (r + 1) % W, prev = (r + W - 1) % W;
   ncclComm_t nc = static_cast<ncclComm_t>(comm.handle());
   auto once = [&] {
-    MXMOE_NCCL_CHECK(ncclGroupStart());
-    const ncclResult_t a = ncclSend(src, bytes, ncclUint8, next, nc, s.stream);
-    const ncclResult_t b = ncclRecv(dst, bytes, ncclUint8, prev, nc, s.stream);
-    MXMOE_NCCL_CHECK(ncclGroupEnd());
+    MXMOE_NCCL_CHECK(nccl_api().GroupStart());
+    const ncclResult_t a = nccl_api().Send(src, bytes, ncclUint8, next, nc, s.stream);
+    const ncclResult_t b = nccl_api().Recv(dst, bytes, ncclUint8, prev, nc, s.stream);
+    MXMOE_NCCL_CHECK(nccl_api().GroupEnd());
     MXMOE_NCCL_CHECK(a);
     MXMOE_NCCL_CHECK(b);
   };

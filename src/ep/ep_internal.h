@@ -10,11 +10,12 @@
 
 #include "mxmoe/error.h"
 #include "mxmoe/moe.h"
+#include "nccl_api.h"
 
 namespace mxmoe::ep_detail {
 
 [[noreturn]] inline void throw_nccl(ncclResult_t r, const char* call, const char* file, int line) {
-  throw Error(detail::cat(call, " failed: ", ncclGetErrorString(r), " (ncclResult ",
+  throw Error(detail::cat(call, " failed: ", nccl_api().GetErrorString(r), " (ncclResult ",
                           static_cast<int>(r), ") at ", file, ":", line,
                           "; NCCL_DEBUG=WARN in the environment says more"));
 }

@@ -60,7 +60,7 @@ struct CudaEpHostSession::Impl {
   // A collective on the stream: every rank's following work starts after all ranks got
   // here (on the GPUs, without a host round trip).
   void barrier_on_stream() {
-    MXMOE_NCCL_CHECK(ncclAllReduce(barrier->ptr, barrier->ptr, 1, ncclFloat32, ncclSum,
+    MXMOE_NCCL_CHECK(ep_detail::nccl_api().AllReduce(barrier->ptr, barrier->ptr, 1, ncclFloat32, ncclSum,
                                    static_cast<ncclComm_t>(layer->comm().handle()), stream));
   }
 };

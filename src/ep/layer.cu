@@ -47,14 +47,14 @@ bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 // it fails, so the communicator is never left inside an open group.
 template <typename F>
 void nccl_group(F&& body) {
-  MXMOE_NCCL_CHECK(ncclGroupStart());
+  MXMOE_NCCL_CHECK(nccl_api().GroupStart());
   try {
     body();
   } catch (...) {
-    (void)ncclGroupEnd();
+    (void)nccl_api().GroupEnd();
     throw;
   }
-  MXMOE_NCCL_CHECK(ncclGroupEnd());
+  MXMOE_NCCL_CHECK(nccl_api().GroupEnd());
 }
 
 }  // namespace
@@ -192,7 +192,7 @@ CudaEpLayer::CudaEpLayer(const MoeConfig& cfg, const ExpertWeights& weights, con
     MXMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     try {
       MXMOE_CUDA_CHECK(cudaMemcpyAsync(dv, v, sizeof v, cudaMemcpyHostToDevice, st));
-      MXMOE_NCCL_CHECK(ncclAllReduce(dv, dv, 2 * kFields, ncclInt64, ncclMax, s.nccl, st));
+      MXMOE_NCCL_CHECK(nccl_api().AllReduce(dv, dv, 2 * kFields, ncclInt64, ncclMax, s.nccl, st));
       MXMOE_CUDA_CHECK(cudaMemcpyAsync(v, dv, sizeof v, cudaMemcpyDeviceToHost, st));
       MXMOE_CUDA_CHECK(cudaStreamSynchronize(st));
     } catch (...) {
@@ -344,8 +344,8 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
     int32_t* c = s.at<int32_t>(s.counts);
     nccl_group([&] {
       for (int d = 0; d < W; ++d) {
-        MXMOE_NCCL_CHECK(ncclSend(c + d, 1, ncclInt32, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(ncclRecv(c + W + d, 1, ncclInt32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Send(c + d, 1, ncclInt32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Recv(c + W + d, 1, ncclInt32, d, s.nccl, st));
       }
     });
     MXMOE_CUDA_CHECK(cudaMemcpyAsync(s.host_counts, c, 2 * W * sizeof(int32_t),
@@ -366,22 +366,22 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
       const size_t n = static_cast<size_t>(s.send_rows[d]), m = static_cast<size_t>(s.recv_rows[d]);
       const int64_t so = d * R, ro = s.recv_off[d];
       if (n > 0) {
-        MXMOE_NCCL_CHECK(ncclSend(s.at<uint8_t>(s.send_x, so * s.row_bytes), n * s.row_bytes,
+        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<uint8_t>(s.send_x, so * s.row_bytes), n * s.row_bytes,
                                   ncclUint8, d, s.nccl, st));
         if (s.fp8)
-          MXMOE_NCCL_CHECK(ncclSend(s.at<uint8_t>(s.send_scale, so * s.scale_bytes),
+          MXMOE_NCCL_CHECK(nccl_api().Send(s.at<uint8_t>(s.send_scale, so * s.scale_bytes),
                                     n * s.scale_bytes, ncclUint8, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(ncclSend(s.at<int32_t>(s.send_ids, so * k), n * k, ncclInt32, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(ncclSend(s.at<float>(s.send_weights, so * k), n * k, ncclFloat32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<int32_t>(s.send_ids, so * k), n * k, ncclInt32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<float>(s.send_weights, so * k), n * k, ncclFloat32, d, s.nccl, st));
       }
       if (m > 0) {
-        MXMOE_NCCL_CHECK(ncclRecv(s.at<uint8_t>(s.recv_x, ro * s.row_bytes), m * s.row_bytes,
+        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<uint8_t>(s.recv_x, ro * s.row_bytes), m * s.row_bytes,
                                   ncclUint8, d, s.nccl, st));
         if (s.fp8)
-          MXMOE_NCCL_CHECK(ncclRecv(s.at<uint8_t>(s.recv_scale, ro * s.scale_bytes),
+          MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<uint8_t>(s.recv_scale, ro * s.scale_bytes),
                                     m * s.scale_bytes, ncclUint8, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(ncclRecv(s.at<int32_t>(s.recv_ids, ro * k), m * k, ncclInt32, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(ncclRecv(s.at<float>(s.recv_weights, ro * k), m * k, ncclFloat32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<int32_t>(s.recv_ids, ro * k), m * k, ncclInt32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<float>(s.recv_weights, ro * k), m * k, ncclFloat32, d, s.nccl, st));
       }
     }
   });
@@ -413,10 +413,10 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
     for (int d = 0; d < W; ++d) {
       const size_t m = static_cast<size_t>(s.recv_rows[d]), n = static_cast<size_t>(s.send_rows[d]);
       if (m > 0)
-        MXMOE_NCCL_CHECK(ncclSend(s.at<float>(s.y_local, s.recv_off[d] * K), m * K, ncclFloat32, d,
+        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<float>(s.y_local, s.recv_off[d] * K), m * K, ncclFloat32, d,
                                   s.nccl, st));
       if (n > 0)
-        MXMOE_NCCL_CHECK(ncclRecv(s.at<float>(s.back, d * R * K), n * K, ncclFloat32, d, s.nccl, st));
+        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<float>(s.back, d * R * K), n * K, ncclFloat32, d, s.nccl, st));
     }
   });
   CombineParams cb;
