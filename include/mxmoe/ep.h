@@ -60,7 +60,9 @@ class EpComm {
 enum class EpMode : int {
   /// Every pair of ranks exchanges exactly max_tokens_per_rank rows per forward (rows
   /// not needed carry topk ids -1 and zero activations, and produce zero rows). No host
-  /// synchronization: forward() is CUDA-graph capturable (NCCL send/recv capture).
+  /// synchronization: forward() is CUDA-graph capturable (NCCL send/recv capture) once
+  /// one eager forward has run (NCCL connects the peers on first use, which cannot be
+  /// captured; CudaEpHostSession::run_graph does that warm-up).
   Padded = 0,
   /// Row counts are exchanged first (a tiny NCCL send/recv) and copied to the host, so
   /// exactly the needed rows move and the local experts run on exactly the received
@@ -99,8 +101,13 @@ class CudaEpLayer {
   /// config.output_format. Router logits are not supported (route first). Device
   /// pointers on the layer's GPU, the current device; `stream` a cudaStream_t.
   /// Validates every argument on the host before launching anything (InvalidArgument
-  /// naming it; nothing written); never allocates; in Padded mode never synchronizes the
-  /// host. Ids outside [-1, num_experts) are skipped and flagged (read_error_flags).
+  /// naming it; nothing of the caller's is read or written); because forward is
+  /// collective, a rank whose arguments are rejected first takes part in the exchange
+  /// with no tokens, so its peers finish this forward, then throws. A wrong current
+  /// device or a capturing stream in Exact mode throws at once (this rank cannot take
+  /// part; the peers then wait in the exchange). Never allocates; in Padded mode never
+  /// synchronizes the host. Ids outside [-1, num_experts) are skipped and flagged
+  /// (read_error_flags).
   /// `phase_events` (optional, benchmarks): 4 cudaEvent_t recorded on `stream` at the
   /// start, after dispatch, after the local experts and at the end.
   /// Collective: every rank calls forward the same number of times, in the same order.
@@ -115,6 +122,8 @@ class CudaEpLayer {
 
   struct Impl;
  private:
+  void check_forward_args(const ForwardArgs& args, void* const* phase_events) const;
+  void run_forward(const ForwardArgs& args, void* stream, void* const* phase_events) const;
   std::unique_ptr<Impl> impl_;
 };
 

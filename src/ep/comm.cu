@@ -1,6 +1,7 @@
 // comm.cu — the NCCL side of EP that is not the layer: the unique id, the communicator,
 // the NCCL environment, a max-over-ranks helper and the send/recv bandwidth probe.
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <vector>
 #include <algorithm>
@@ -95,7 +96,12 @@ EpComm::~EpComm() {
     int prev = -1;
     cudaGetDevice(&prev);
     if (prev != impl_->device) cudaSetDevice(impl_->device);
-    nccl_api().CommDestroy(impl_->comm);
+    // Destroy waits for the communicator's outstanding work; while an exception unwinds
+    // (a peer may have failed, leaving a send/recv that never completes) abort instead.
+    if (std::uncaught_exceptions() > 0)
+      nccl_api().CommAbort(impl_->comm);
+    else
+      nccl_api().CommDestroy(impl_->comm);
     if (prev >= 0 && prev != impl_->device) cudaSetDevice(prev);
   }
 }

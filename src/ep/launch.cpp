@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,7 +100,8 @@ void flush_all() {
     rc = 1;
   }
   flush_all();
-  ::_exit(rc & 0xFF);
+  // An exit status holds 8 bits: a body's 256 must not read as success.
+  ::_exit(rc >= 0 && rc <= 255 ? rc : 1);
 }
 
 }  // namespace
@@ -137,10 +139,25 @@ int ep_launch(int ranks, const std::function<int(int, int, const EpUniqueId&)>& 
     down_w[r] = p[1];
   }
 
+  // The children must be reapable here whatever the caller did with SIGCHLD.
+  struct sigaction chld_default{}, chld_old{};
+  chld_default.sa_handler = SIG_DFL;
+  sigemptyset(&chld_default.sa_mask);
+  ::sigaction(SIGCHLD, &chld_default, &chld_old);
+  struct RestoreChld {
+    struct sigaction* old;
+    ~RestoreChld() { ::sigaction(SIGCHLD, old, nullptr); }
+  } restore_chld{&chld_old};
+
+  const pid_t parent = ::getpid();
   std::vector<pid_t> pids(ranks, -1);
   for (int r = 0; r < ranks; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      // A rank must not outlive the launcher (killed by a test timeout, say) and keep
+      // spinning in NCCL on the GPU.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);
       // The child keeps only its own ends.
       close_fd(up[0]);
       if (r != 0) close_fd(up[1]);
@@ -188,9 +205,9 @@ int ep_launch(int ranks, const std::function<int(int, int, const EpUniqueId&)>& 
       if (code[r] >= 0) continue;
       int status = 0;
       const pid_t w = ::waitpid(pids[r], &status, WNOHANG);
-      if (w == 0) continue;
+      if (w == 0 || (w < 0 && errno == EINTR)) continue;
       if (w < 0) {
-        code[r] = 127;  // lost (should not happen: the child is ours)
+        code[r] = 127;  // lost (should not happen: the child is ours, SIGCHLD default)
       } else if (WIFEXITED(status)) {
         code[r] = WEXITSTATUS(status);
       } else if (WIFSIGNALED(status)) {

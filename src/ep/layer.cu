@@ -228,12 +228,40 @@ int64_t CudaEpLayer::max_tokens_per_rank() const { return impl_->rows_cap; }
 const EpComm& CudaEpLayer::comm() const { return *impl_->comm; }
 
 void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* phase_events) const {
-  Impl& s = *impl_;
-  const MoeConfig& cfg = s.cfg;
-  const int W = s.world;
-  const int64_t M = args.tokens, R = s.rows_cap, K = s.hidden, k = s.top_k;
+  const Impl& s = *impl_;
+  // ---- the stream and device first: without them this rank cannot take part at all
+  // (its peers then wait in the exchange until their own error handling stops them).
+  int cur = -1;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&cur));
+  MXMOE_CHECK_ARG(cur == s.device, "stream", "the current device is ", cur,
+                  " but the EP layer lives on device ", s.device, "; cudaSetDevice(", s.device,
+                  ") before forward");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (s.mode == EpMode::Exact) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    MXMOE_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
+    MXMOE_CHECK_ARG(cs == cudaStreamCaptureStatusNone, "stream",
+                    "is capturing a CUDA graph, but EpMode::Exact copies the row counts to the "
+                    "host (a synchronization); build the layer with EpMode::Padded to capture");
+  }
+  // ---- then every argument, before the first launch (SPEC §9). forward is collective:
+  // a rank that rejects its arguments still takes part with no tokens (touching none of
+  // the caller's pointers, writing nothing of theirs), so its peers finish this forward,
+  // and then reports the error.
+  try {
+    check_forward_args(args, phase_events);
+  } catch (const InvalidArgument&) {
+    ForwardArgs none;
+    run_forward(none, st, nullptr);
+    throw;
+  }
+  run_forward(args, st, phase_events);
+}
 
-  // ---- every check before the first launch (SPEC §9): nothing is written on error
+void CudaEpLayer::check_forward_args(const ForwardArgs& args, void* const* phase_events) const {
+  const Impl& s = *impl_;
+  const MoeConfig& cfg = s.cfg;
+  const int64_t M = args.tokens, R = s.rows_cap;
   MXMOE_CHECK_ARG(M >= 0 && M <= R, "args.tokens", M, " is out of range [0, ", R,
                   "] (max_tokens_per_rank)");
   MXMOE_CHECK_ARG(args.router_logits == nullptr, "args.router_logits",
@@ -262,21 +290,17 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
                     "pointer ", args.out, " is misaligned for ", to_string(cfg.output_format));
   }
   if (phase_events)
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i) {
       MXMOE_CHECK_ARG(phase_events[i] != nullptr, "phase_events", "entry ", i, " is null");
-  int cur = -1;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&cur));
-  MXMOE_CHECK_ARG(cur == s.device, "stream", "the current device is ", cur,
-                  " but the EP layer lives on device ", s.device, "; cudaSetDevice(", s.device,
-                  ") before forward");
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (s.mode == EpMode::Exact) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    MXMOE_CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
-    MXMOE_CHECK_ARG(cs == cudaStreamCaptureStatusNone, "stream",
-                    "is capturing a CUDA graph, but EpMode::Exact copies the row counts to the "
-                    "host (a synchronization); build the layer with EpMode::Padded to capture");
-  }
+      // An event of another device would fail at its first record, after the exchange
+      // has begun; a query is harmless and fails the same way.
+      const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(phase_events[i]));
+      if (q != cudaSuccess && q != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        MXMOE_CHECK_ARG(false, "phase_events", "entry ", i, " is not a usable event (",
+                        cudaGetErrorName(q), ")");
+      }
+    }
   if (M > 0) {
     check_device_pointer(args.x, "args.x", s.device);
     if (args.x_scale) check_device_pointer(args.x_scale, "args.x_scale", s.device);
@@ -284,6 +308,14 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
     check_device_pointer(args.topk_weights, "args.topk_weights", s.device);
     check_device_pointer(args.out, "args.out", s.device);
   }
+}
+
+void CudaEpLayer::run_forward(const ForwardArgs& args, void* stream, void* const* phase_events) const {
+  Impl& s = *impl_;
+  const MoeConfig& cfg = s.cfg;
+  const int W = s.world;
+  const int64_t M = args.tokens, R = s.rows_cap, K = s.hidden, k = s.top_k;
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
 
   auto mark = [&](int i) {
     if (phase_events) MXMOE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(phase_events[i]), st));
@@ -351,6 +383,15 @@ void CudaEpLayer::forward(const ForwardArgs& args, void* stream, void* const* ph
     MXMOE_CUDA_CHECK(cudaMemcpyAsync(s.host_counts, c, 2 * W * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, st));
     MXMOE_CUDA_CHECK(cudaStreamSynchronize(st));
+    // The receive sizes come from the peers: a peer running another layer (another
+    // max_tokens_per_rank) or skipping a forward must not make this rank write past its
+    // W*R-row buffers.
+    for (int d = 0; d < 2 * W; ++d)
+      if (s.host_counts[d] < 0 || s.host_counts[d] > R)
+        throw Error(detail::cat("CudaEpLayer::forward: rank ", d < W ? s.rank : d - W,
+                                " sends ", s.host_counts[d], " rows to rank ", d < W ? d : s.rank,
+                                ", outside [0, ", R, "] (max_tokens_per_rank): the ranks are not "
+                                "running the same layer's forward"));
     int64_t off = 0;
     for (int d = 0; d < W; ++d) {
       s.send_rows[d] = s.host_counts[d];

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <string>
+#include <type_traits>
 
 #include "mxmoe/error.h"
 
@@ -30,6 +31,7 @@ NcclApi load() {
   sym(a.GetUniqueId, "ncclGetUniqueId");
   sym(a.CommInitRank, "ncclCommInitRank");
   sym(a.CommDestroy, "ncclCommDestroy");
+  sym(a.CommAbort, "ncclCommAbort");
   sym(a.GetErrorString, "ncclGetErrorString");
   sym(a.GroupStart, "ncclGroupStart");
   sym(a.GroupEnd, "ncclGroupEnd");

@@ -328,6 +328,34 @@ TEST(Ep, RankWithNoTokensBothModes) {
   });
 }
 
+// forward is collective: a rank whose arguments are rejected still serves its peers'
+// tokens (it takes part with none of its own), so they finish, and both stay in step.
+TEST(Ep, RejectedRankStillServesItsPeers) {
+  const Problem p = two_rank_problem({13, 0});
+  RUN_RANKS(2, [&](int r, int n, const EpUniqueId& id) {
+    EpComm comm(id, n, r, r);
+    for (EpMode mode : {EpMode::Padded, EpMode::Exact}) {
+      const MoeConfig cfg = rank_cfg(p, r);
+      const SyntheticLayer mine = make_synthetic_layer(cfg, p.seed);
+      CudaEpLayer layer(cfg, mine.weights, comm, p.max_tokens, mode);
+      CudaEpHostSession session(layer);
+      session.set_inputs(inputs_x(p, r), inputs_routing(p, r));  // rank 1: no tokens
+      if (r == 0) {
+        const Output first = session.run_eager();   // the peer's forward is rejected
+        const Output second = session.run_eager();  // the peer's forward is valid (0 tokens)
+        EXPECT_TRUE(same_bits(first, second)) << to_string(mode);
+        EXPECT_TRUE(same_bits(first, emulate(p, r, mode))) << to_string(mode);
+      } else {
+        ForwardArgs bad;
+        bad.tokens = p.max_tokens + 1;
+        expect_invalid([&] { layer.forward(bad, nullptr); }, "args.tokens");
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // its empty exchange has finished
+        (void)session.run_eager();
+      }
+    }
+  });
+}
+
 TEST(Ep, Mxfp8InputBf16IntermediateFp32OutputWithScale) {
   Problem p = two_rank_problem({40, 17});
   p.cfg = base_cfg(InputFormat::MXFP8, IntermediateFormat::BF16, OutputFormat::FP32, 2.5f);
