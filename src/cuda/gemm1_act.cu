@@ -26,6 +26,57 @@ namespace mxmoe::cuda_detail {
 
 namespace {
 
+/// GEMM1's epilogue for accumulator column c of token tile nt (routed row `grow`, stored
+/// when `valid`): the range factor `back`, the bias, the gated activation (rows i = gate,
+/// i + 2 = up of this warp's group of 32 intermediate columns), then the intermediate in
+/// BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes holding the row,
+/// ignoring NaN as fmt::block_amax does). Every lane of the warp calls it (shuffles).
+template <int NT, bool kFp8Inter>
+__device__ __forceinline__ void store_activated(const Gemm1Params& p, const float (&acc)[4][NT][4],
+                                                int nt, int c, float back, int64_t grow,
+                                                bool valid, int rg, const float* bias,
+                                                float alpha, float beta, float limit) {
+  const int g = (threadIdx.x & 31) >> 2;
+  const int64_t N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  float v[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lr = 16 * i + 8 * h + g;  // column within the group of 32
+      float gate = acc[i][nt][2 * h + c] * back;
+      float up = acc[i + 2][nt][2 * h + c] * back;
+      if (bias) {
+        gate = gate + bias[lr];
+        up = up + bias[32 + lr];
+      }
+      v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+    }
+  if constexpr (kFp8Inter) {
+    float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])), fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+    const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+    const float inv = fmt::mx_inv_scale(sb);
+    if (valid) {
+      uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) codes[16 * i + 8 * h + g] = fmt::float_to_e4m3(v[i][h] * inv);
+      if (g == 0) p.inter_scale[grow * kbN + rg] = sb;
+    }
+  } else if (valid) {
+    uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) o[16 * i + 8 * h + g] = fmt::float_to_bf16(v[i][h]);
+  }
+}
+
 template <int NT, bool kFp8X, bool kFp8Inter>
 __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
@@ -38,7 +89,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
   if (count == 0) return;
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
-  const int kbN = static_cast<int>(N / kMxBlock);
   const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rg) * p.w13.kc * 4 * 32;
   const uint32_t* ws = p.w13.scale + (static_cast<size_t>(e) * p.w13.rg + rg) * p.w13.kc * 4 * 8;
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
@@ -76,55 +126,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
     warp_mma_mx<NT, kFp8X>(acc, wp, ws, p.w13.kc, static_cast<int>(K / kMxBlock), brow, bsc, adj);
 
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int r = tile * BT + nt * 8 + 2 * t + c;
-        const bool valid = r < count;
-        const int64_t grow = off + r;
-        float v[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int lr = 16 * i + 8 * h + g;  // column within the group of 32
-            float gate = acc[i][nt][2 * h + c] * back[nt][c];
-            float up = acc[i + 2][nt][2 * h + c] * back[nt][c];
-            if (bias) {
-              gate = gate + bias[lr];
-              up = up + bias[32 + lr];
-            }
-            v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
-          }
-        if constexpr (kFp8Inter) {
-          // amax ignores NaN (fmaxf returns the number), as fmt::block_amax does.
-          float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])),
-                             fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-          const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
-          const float inv = fmt::mx_inv_scale(sb);
-          if (valid) {
-            uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg;
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-              for (int h = 0; h < 2; ++h)
-                codes[16 * i + 8 * h + g] = fmt::float_to_e4m3(v[i][h] * inv);
-            if (g == 0) p.inter_scale[grow * kbN + rg] = sb;
-          }
-        } else {
-          if (valid) {
-            uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg;
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) o[16 * i + 8 * h + g] = fmt::float_to_bf16(v[i][h]);
-          }
-        }
+        store_activated<NT, kFp8Inter>(p, acc, nt, c, back[nt][c], off + r, r < count, rg, bias,
+                                       alpha, beta, limit);
       }
-    }
   }
 }
 
@@ -151,7 +159,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
   const int kbK = static_cast<int>(K / kMxBlock);
-  const int kbN = static_cast<int>(N / kMxBlock);
   const int rgc = active ? rg : 0;
   const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 4 * 32;
   const uint4* ws4 = reinterpret_cast<const uint4*>(p.w13.scale) +
@@ -199,55 +206,13 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
                                (valid + 7) / 8);
 
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int r = tile * BT + nt * 8 + 2 * t + c;
-          const bool ok = r < count;
-          const int64_t grow = off + r;
-          const float back = s_back[nt * 8 + 2 * t + c];
-          float v[2][2];
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int lr = 16 * i + 8 * h + g;
-              float gate = acc[i][nt][2 * h + c] * back;
-              float up = acc[i + 2][nt][2 * h + c] * back;
-              if (bias) {
-                gate = gate + bias[lr];
-                up = up + bias[32 + lr];
-              }
-              v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
-            }
-          if constexpr (kFp8Inter) {
-            float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])),
-                               fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-            const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
-            const float inv = fmt::mx_inv_scale(sb);
-            if (ok) {
-              uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg;
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                  codes[16 * i + 8 * h + g] = fmt::float_to_e4m3(v[i][h] * inv);
-              if (g == 0) p.inter_scale[grow * kbN + rg] = sb;
-            }
-          } else {
-            if (ok) {
-              uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg;
-#pragma unroll
-              for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) o[16 * i + 8 * h + g] = fmt::float_to_bf16(v[i][h]);
-            }
-          }
+          store_activated<NT, kFp8Inter>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
+                                         r < count, rg, bias, alpha, beta, limit);
         }
-      }
     }
     __syncthreads();  // the next tile rewrites the shared staging
   }
