@@ -50,8 +50,8 @@ constexpr int fast_min_blocks(int nt, int depth) {
 }
 
 /// One decode-path launch: experts whose row count lies in (lo, hi] run with token tile
-/// 8 * nt, `depth` ring stages, and `z` token-tile slots in grid z (each slot loops over
-/// tiles lo + ... so any count is covered; z > 1 only spreads a big expert's tiles).
+/// 8 * nt, `depth` ring stages, and `z` token-tile slots in grid z (slot s takes tiles s,
+/// s + z, ..., so any count is covered; z > 1 only spreads a big expert's tiles).
 struct FastClass {
   int nt = 1, depth = 4;
   int32_t lo = 0, hi = std::numeric_limits<int32_t>::max();
