@@ -290,6 +290,9 @@ int cmd_bench(const BenchOptions& o) {
   cfg.intermediate = 3072;
   cfg.activation = ActivationParams::situ();
   const int64_t E = cfg.local_experts(), K = cfg.hidden, N = cfg.intermediate;
+  if (o.ep_ranks != 1 && (o.ep_ranks < 1 || cfg.num_experts % o.ep_ranks != 0 ||
+                          cfg.num_experts / o.ep_ranks != E))
+    throw InvalidArgument("--ep-ranks", "must be 32 (28 experts per rank of 896) or 1");
   // Timing does not depend on values, but never time zeros: random MXFP4 bytes with
   // scales near 1 keep every value finite and non-trivial.
   ExpertWeights w;
@@ -320,9 +323,6 @@ int cmd_bench(const BenchOptions& o) {
   Table t({"M", "mode", "experts", "time us", "TB/s", "TFLOP/s", "x HBM floor", "x MMA floor", "torch us", "speedup"});
   json out = json::array();
   const int32_t first = static_cast<int32_t>(cfg.ep_rank * E);
-  if (o.ep_ranks != 1 && (o.ep_ranks < 1 || cfg.num_experts % o.ep_ranks != 0 ||
-                          cfg.num_experts / o.ep_ranks != E))
-    throw InvalidArgument("--ep-ranks", "must be 32 (28 experts per rank of 896) or 1");
   for (int64_t M_in : o.tokens) {
     Routing r;
     r.top_k = 16;
