@@ -82,6 +82,12 @@ struct WorkspaceLayout {
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
   size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
+  // prefill path (tokens >= kPrefillMinTokens; empty otherwise)
+  size_t inexact = 0;      // u32 kInexactX | kInexactInter
+  size_t xb = 0;           // bf16 [M][Kp] staged x
+  size_t xb_back = 0;      // f32 [M]
+  size_t ib = 0;           // bf16 [M*k][Np] staged intermediate
+  size_t ib_back = 0;      // f32 [M*k]
   int gemm2_splits = 1;
   size_t total = 0;
   static WorkspaceLayout make(const MoeConfig& cfg, int64_t tokens);
@@ -149,6 +155,14 @@ struct Gemm1Params {
   bool inter_fp8 = false;
   ScaleRule rule = ScaleRule::RoundUp;
   FastLaunch fast;                   // set by launch_gemm1 per decode-path launch
+  /// Prefill path (heuristics.h use_prefill): x staged as exact BF16 rows (stage_bf16.cu,
+  /// `xb_stride` = K padded to 64) with their range factors; `inexact` bit kInexactX set
+  /// on the device sends this GEMM to the generic path instead.
+  bool prefill = false;
+  const uint16_t* xb = nullptr;
+  int64_t xb_stride = 0;
+  const float* xb_back = nullptr;
+  const uint32_t* inexact = nullptr;
 };
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
 
@@ -170,6 +184,13 @@ struct Gemm2Params {
   int64_t split_stride = 0;
   float* back = nullptr;
   FastLaunch fast;                   // set by launch_gemm2 per decode-path launch
+  /// Prefill path: the intermediate staged as exact BF16 rows (`ib_stride` = N padded to
+  /// 64) with their range factors; bit kInexactInter of `inexact` selects the generic path.
+  bool prefill = false;
+  const uint16_t* ib = nullptr;
+  int64_t ib_stride = 0;
+  const float* ib_back = nullptr;
+  const uint32_t* inexact = nullptr;
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
 
@@ -188,6 +209,30 @@ struct FinalizeParams {
   const float* back = nullptr;
 };
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
+
+/// Prefill path operand staging (stage_bf16.cu): rows of E4M3 codes + E8M0 scales (or
+/// BF16) -> BF16 rows holding value * 2^-D exactly (D the row's range factor exponent, as
+/// b_row_range), K-permuted inside each MX block like the tiled weights (wgmma_mx.cuh),
+/// zero-padded to `stride`; back[row] = 2^D. A value BF16 cannot hold exactly (|v| under
+/// 2^-126 or rounded) sets `flag_bit` in *flag.
+struct StageBf16Params {
+  const void* src = nullptr;         // [rows][cols] e4m3 codes or bf16
+  const uint8_t* scale = nullptr;    // [rows][cols/32] when fp8
+  bool fp8 = false;
+  int64_t rows = 0;                  // rows of the buffers
+  const int32_t* live_rows = nullptr;  // device count of rows in use, or null (all)
+  int64_t cols = 0, stride = 0;
+  uint16_t* dst = nullptr;
+  float* back = nullptr;
+  uint32_t* flag = nullptr;
+  uint32_t flag_bit = 0;
+};
+void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
+/// Number of SMs of the current device (the prefill grid), cached per device.
+int current_sm_count();
+/// True when the current device runs this binary's sm_90a prefill kernels (an sm_90 GPU
+/// and a build with 90a; an sm_80 image would run there with empty prefill kernels).
+bool prefill_kernels_available();
 
 /// Token tile (8 * NT tokens per warp) the GEMMs use for `tokens` tokens: 8 for decode
 /// (the MMA's N dimension holds the few tokens: "swap AB"), 32 otherwise.

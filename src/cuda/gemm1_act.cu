@@ -21,6 +21,7 @@
 #include "heuristics.h"
 #include "mx_mma.cuh"
 #include "mxmoe/activation_math.h"
+#include "wgmma_mx.cuh"
 
 namespace mxmoe::cuda_detail {
 
@@ -85,6 +86,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   if (rg >= p.w13.rg) return;  // no block-level barriers below
+  // Fallback of the prefill path: runs only when staging flagged an inexact x value.
+  if (p.inexact != nullptr && (*p.inexact & kInexactX) == 0) return;
   const int count = p.counts[e];
   if (count == 0) return;
   const int off = p.offsets[e];
@@ -234,6 +237,131 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
 }
 
+// Prefill path (heuristics.h use_prefill, wgmma_mx.cuh). Consumer warp w of warpgroup wg
+// holds, for 128 tokens, gate (acc_g) and up (acc_u) of intermediate columns
+// 32 rg + 16 (w % 2) + 8 h + g, rg = 4 rb + 2 wg + w / 2: the activation is computed in
+// registers; for MXFP8 the amax of a token's 32 columns (its row group) spans warps w
+// and w ^ 1: each reduces its 16 over g by shuffles, and the pair meets in shared memory.
+#if defined(MXMOE_SM90A)
+template <bool kFp8Inter>
+__device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (&acc_g)[64],
+                                                   const float (&acc_u)[64], const PfTile& tile,
+                                                   int wg, float* s_amax) {
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3, half = warp & 1;
+  const int rg = tile.rb * kPfRowGroups + 2 * wg + (warp >> 1);
+  const bool rg_ok = rg < p.w13.rg;
+  const int e = tile.e, count = p.counts[e], off = p.offsets[e];
+  const int64_t N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+  const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
+  const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
+  // Pass 1: activations into acc_g; the per-token amax of this warp's 16 columns.
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
+      const bool valid = rg_ok && row < count;
+      const float back = valid ? p.xb_back[p.row_map[off + row] / p.top_k] : 1.0f;
+      float amax = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = 16 * half + 8 * h + g;
+        float gate = acc_g[4 * j + 2 * h + c] * back;
+        float up = acc_u[4 * j + 2 * h + c] * back;
+        if (bias) {
+          gate = gate + bias[lr];
+          up = up + bias[32 + lr];
+        }
+        const float v = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+        acc_g[4 * j + 2 * h + c] = v;
+        amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
+      }
+      if constexpr (kFp8Inter) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+        if (g == 0) s_amax[(wg * 4 + warp) * kPfTokens + 8 * j + 2 * t + c] = amax;
+      }
+    }
+  if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
+  // Pass 2: quantize and store.
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int n = 8 * j + 2 * t + c;
+      const int row = tile.tt * kPfTokens + n;
+      const bool valid = rg_ok && row < count;
+      const int64_t grow = off + row;
+      if constexpr (kFp8Inter) {
+        const float amax = fmaxf(s_amax[(wg * 4 + warp) * kPfTokens + n],
+                                 s_amax[(wg * 4 + (warp ^ 1)) * kPfTokens + n]);
+        const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+        const float inv = fmt::mx_inv_scale(sb);
+        if (valid) {
+          uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg + 16 * half;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) codes[8 * h + g] = fmt::float_to_e4m3(acc_g[4 * j + 2 * h + c] * inv);
+          if (half == 0 && g == 0) p.inter_scale[grow * kbN + rg] = sb;
+        }
+      } else if (valid) {
+        uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg + 16 * half;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) o[8 * h + g] = fmt::float_to_bf16(acc_g[4 * j + 2 * h + c]);
+      }
+    }
+  if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);  // s_amax is reused next tile
+}
+#endif
+
+template <bool kFp8Inter>
+__global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm1Params p) {
+#if defined(MXMOE_SM90A)
+  if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
+  extern __shared__ uint8_t pf_smem[];
+  const PfRing ring = pf_ring(pf_smem);
+  pf_init_barriers(ring);
+  PfOperands o;
+  o.w = p.w13.packed;
+  o.ws = reinterpret_cast<const uint4*>(p.w13.scale);
+  o.rg_count = p.w13.rg;
+  o.kc_count = p.w13.kc;
+  o.b = p.xb;
+  o.b_stride = p.xb_stride;
+  o.row_map = p.row_map;
+  o.top_k = static_cast<int>(p.top_k);
+  o.counts = p.counts;
+  o.offsets = p.offsets;
+  o.num_local = p.num_local;
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<56>();
+    pf_producer(o, ring);
+    return;
+  }
+  setmaxnreg_inc<224>();
+  uint32_t chunk = 0;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    if (tile.e < 0) break;
+    float acc_g[64], acc_u[64];
+    pf_mainloop<true>(acc_g, acc_u, ring, chunk, o.kc_count, wg - 1);
+    pf_store_activated<kFp8Inter>(p, acc_g, acc_u, tile, wg - 1, ring.amax);
+  }
+#endif
+}
+
+template <bool kFp8Inter>
+void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
+  gemm1_prefill_kernel<kFp8Inter><<<current_sm_count(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
+}
+
 template <int NT, bool kFp8X, bool kFp8Inter>
 void launch_t(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -249,8 +377,25 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
 
 }  // namespace
 
+bool prefill_kernels_available() {
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.binaryVersion == 90;
+}
+
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
-  const FastPlan fast = plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock);
+  if (p.prefill) {
+    MXMOE_CHECK_ARG(p.xb != nullptr && p.xb_back != nullptr && p.inexact != nullptr,
+                    "Gemm1Params.xb", "the prefill path needs the staged x, its range factors "
+                    "and the inexact word");
+    if (p.inter_fp8) launch_prefill<true>(p, stream);
+    else launch_prefill<false>(p, stream);
+    // The generic kernels below leave at once unless the inexact bit is set.
+  }
+  const FastPlan fast = p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock);
   if (fast.ok) {
     for (int i = 0; i < fast.n; ++i) {
       const FastClass& c = fast.c[i];

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "heuristics.h"
 #include "mx_mma.cuh"
+#include "wgmma_mx.cuh"
 
 namespace mxmoe::cuda_detail {
 
@@ -21,6 +22,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   if (rg >= p.w2.rg) return;
+  // Fallback of the prefill path: runs only when staging flagged an inexact value.
+  if (p.inexact != nullptr && (*p.inexact & kInexactInter) == 0) return;
   const int count = p.counts[e];
   if (count == 0) return;
   const int off = p.offsets[e];
@@ -191,6 +194,74 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
 
+// Prefill path (heuristics.h use_prefill, wgmma_mx.cuh): consumer warp w of warpgroup wg
+// holds output columns 64 rg + 16 w + 8 h + g of row groups rg = 4 rb + 2 wg (acc_a) and
+// + 1 (acc_b) for 128 routed rows; each row is scaled by its range factor, plus the bias.
+#if defined(MXMOE_SM90A)
+__device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[64], int rg,
+                                           const PfTile& tile) {
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int count = p.counts[tile.e], off = p.offsets[tile.e];
+  const int64_t K = p.hidden;
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * K : nullptr;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
+      if (row >= count) continue;
+      const int64_t grow = off + row;
+      const float back = p.ib_back[grow];
+      float* yr = p.y + grow * K;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = 64 * static_cast<int64_t>(rg) + 16 * warp + 8 * h + g;
+        if (col >= K) continue;
+        float v = acc[4 * j + 2 * h + c] * back;
+        if (bias) v = v + bias[col];
+        yr[col] = v;
+      }
+    }
+}
+#endif
+
+__global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm2Params p) {
+#if defined(MXMOE_SM90A)
+  if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
+  extern __shared__ uint8_t pf_smem[];
+  const PfRing ring = pf_ring(pf_smem);
+  pf_init_barriers(ring);
+  PfOperands o;
+  o.w = p.w2.packed;
+  o.ws = reinterpret_cast<const uint4*>(p.w2.scale);
+  o.rg_count = p.w2.rg;
+  o.kc_count = p.w2.kc;
+  o.b = p.ib;
+  o.b_stride = p.ib_stride;
+  o.counts = p.counts;
+  o.offsets = p.offsets;
+  o.num_local = p.num_local;
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<56>();
+    pf_producer(o, ring);
+    return;
+  }
+  setmaxnreg_inc<224>();
+  uint32_t chunk = 0;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    if (tile.e < 0) break;
+    float acc_a[64], acc_b[64];
+    pf_mainloop<false>(acc_a, acc_b, ring, chunk, o.kc_count, wg - 1);
+    const int rg = tile.rb * kPfRowGroups + 2 * (wg - 1);
+    pf_store_y(p, acc_a, rg, tile);
+    pf_store_y(p, acc_b, rg + 1, tile);
+  }
+#endif
+}
+
 template <int NT, bool kFp8>
 void launch_t(const Gemm2Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -205,7 +276,18 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
-  const FastPlan fast = plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
+  if (p.prefill) {
+    MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_back != nullptr && p.inexact != nullptr && p.splits == 1,
+                    "Gemm2Params.ib", "the prefill path needs the staged intermediate, its "
+                    "range factors, the inexact word and splits 1");
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
+    gemm2_prefill_kernel<<<current_sm_count(), kPfThreads, kPfSmemBytes, stream>>>(p);
+    MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
+    // The generic kernels below leave at once unless the inexact bit is set.
+  }
+  const FastPlan fast =
+      p.prefill ? FastPlan{} : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
   if (fast.ok) {
     const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
                                       p.bias == nullptr && p.back != nullptr);

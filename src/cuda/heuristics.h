@@ -114,6 +114,24 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
   return std::max<int64_t>(tokens, kGemm2MaxSplits * std::min<int64_t>(tokens, kGemm2SplitMaxTokens));
 }
 
+// ---------------------------------------------------------------- prefill path
+/// The prefill path (sm_90a, gemm1_act.cu / gemm2.cu with wgmma_mx.cuh): BF16 wgmma with
+/// both operands dequantized exactly to BF16 (the MX scales inside the operands), a
+/// persistent warp-specialized kernel over (expert, 128-token tile, 256-row block) tiles.
+/// Used from this many tokens on, on sm_90 devices, when every weight scale byte is at
+/// most kPrefillMaxWeightScale (fp4x8_to_bf16_scaled's exact range; real checkpoints sit
+/// far below: |w| <= 12). Otherwise the decode or generic path.
+inline constexpr int64_t kPrefillMinTokens = 128;
+inline constexpr uint8_t kPrefillMaxWeightScale = 128;
+inline bool use_prefill(int64_t tokens, bool capable) {
+  return capable && tokens >= kPrefillMinTokens;
+}
+/// Bits of the prefill path's per-forward word: an activation row (x) or an intermediate
+/// row held a value that BF16 cannot hold exactly (stage_bf16.cu), so that GEMM runs on
+/// the generic path instead (both kernels are launched; each reads the bit and one exits).
+inline constexpr uint32_t kInexactX = 1u;
+inline constexpr uint32_t kInexactInter = 2u;
+
 /// Single-block permutation (one launch, fused with the activation quantization) when
 /// the routed pairs fit one block and the per-warp expert histogram fits shared memory.
 inline constexpr int64_t kSmallPermutePairs = 512;

@@ -235,6 +235,14 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
       tokens, plan_fast(tokens, fp8_mid, cfg.intermediate / kMxBlock).ok, cfg.has_bias);
   l.y = take(static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4);
   l.back = take(pairs * 4);
+  if (tokens >= kPrefillMinTokens) {
+    const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
+    l.inexact = take(sizeof(uint32_t));
+    l.xb = take(M * Kp * 2);
+    l.xb_back = take(M * 4);
+    l.ib = take(pairs * Np * 2);
+    l.ib_back = take(pairs * 4);
+  }
   l.total = align256(off);
   return l;
 }
@@ -250,6 +258,7 @@ struct CudaMoeLayer::Impl {
   bool has_routing = false;
   RoutingParams routing;
   TiledDims d13, d2;
+  bool prefill_ok = false;  // heuristics.h use_prefill: sm_90a kernels and weight scales
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
 };
 
@@ -323,6 +332,13 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     s.w2s = upload(ts);
     s.w13f = upload(special_scale_groups(weights.w13_scale.data(), s.num_local, 2 * N, K));
     s.w2f = upload(special_scale_groups(weights.w2_scale.data(), s.num_local, K, N));
+  }
+  {
+    const auto in_range = [](const std::vector<uint8_t>& v) {
+      return std::all_of(v.begin(), v.end(), [](uint8_t b) { return b <= kPrefillMaxWeightScale; });
+    };
+    s.prefill_ok = prop.major == 9 && prefill_kernels_available() && in_range(weights.w13_scale) &&
+                   in_range(weights.w2_scale);
   }
   if (cfg.has_bias) {
     s.b13 = upload(weights.w13_bias);
@@ -480,6 +496,23 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
 
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
+  const bool prefill = use_prefill(M, s.prefill_ok);
+  uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
+  StageBf16Params sx;
+  if (prefill) {
+    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t), st));
+    sx.src = x;
+    sx.scale = xs;
+    sx.fp8 = x_fp8;
+    sx.rows = M;
+    sx.cols = K;
+    sx.stride = s.d13.kc * kKChunk;
+    sx.dst = reinterpret_cast<uint16_t*>(ws + L.xb);
+    sx.back = reinterpret_cast<float*>(ws + L.xb_back);
+    sx.flag = inexact;
+    sx.flag_bit = kInexactX;
+    launch_stage_bf16(sx, st);
+  }
   Gemm1Params g1;
   g1.w13 = MatView{static_cast<const uint4*>(s.w13p.get()), static_cast<const uint32_t*>(s.w13s.get()),
                    static_cast<int>(s.d13.rows), static_cast<int>(s.d13.cols),
@@ -505,6 +538,13 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g1.inter_scale = reinterpret_cast<uint8_t*>(ws + L.inter_scale);
   g1.inter_fp8 = mid_fp8;
   g1.rule = cfg.scale_rule;
+  if (prefill) {
+    g1.prefill = true;
+    g1.xb = sx.dst;
+    g1.xb_stride = sx.stride;
+    g1.xb_back = sx.back;
+    g1.inexact = inexact;
+  }
   launch_gemm1(g1, st);
 
   Gemm2Params g2;
@@ -527,6 +567,26 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.splits = L.gemm2_splits;
   g2.split_stride = M * k * K;
   g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
+  if (prefill) {
+    StageBf16Params si;
+    si.src = g1.inter;
+    si.scale = g1.inter_scale;
+    si.fp8 = mid_fp8;
+    si.rows = M * k;
+    si.live_rows = pp.offsets + pp.num_local;  // routed rows in use
+    si.cols = N;
+    si.stride = s.d2.kc * kKChunk;
+    si.dst = reinterpret_cast<uint16_t*>(ws + L.ib);
+    si.back = reinterpret_cast<float*>(ws + L.ib_back);
+    si.flag = inexact;
+    si.flag_bit = kInexactInter;
+    launch_stage_bf16(si, st);
+    g2.prefill = true;
+    g2.ib = si.dst;
+    g2.ib_stride = si.stride;
+    g2.ib_back = si.back;
+    g2.inexact = inexact;
+  }
   launch_gemm2(g2, st);
 
   FinalizeParams fp;

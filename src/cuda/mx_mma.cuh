@@ -52,6 +52,24 @@ __device__ __forceinline__ void fp4x8_to_bf16(uint32_t q, uint32_t (&r)[4]) {
   }
 }
 
+/// Same word, scaled by its E8M0 byte, -> four bf16x2 words of the exact dequantized
+/// values (prefill path: the scale lives in the operand, so a wgmma accumulates over all
+/// of K). The f16 fields of fp4x8_to_f16 move down three bits into BF16's (magnitude at
+/// bits 8..6 = value * 2^-126, the code 0.5 a BF16 subnormal), and one bf16x2 multiply by
+/// 2^(byte - 1) restores the bias and applies the scale. Exact for scale bytes 0..128
+/// (|value| <= 12; heuristics.h kPrefillMaxWeightScale, checked at load time), 0 stays +-0.
+__device__ __forceinline__ void fp4x8_to_bf16_scaled(uint32_t q, uint32_t scale_byte, uint32_t (&r)[4]) {
+  uint32_t h[4];
+  fp4x8_to_f16(q, h);
+  const uint32_t m = (scale_byte + 126u) * 0x00800080u;  // bf16x2 {2^(b-1), 2^(b-1)}
+  const __nv_bfloat162 mul = *reinterpret_cast<const __nv_bfloat162*>(&m);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = ((h[i] >> 3) | h[i]) & 0x81C081C0u;
+    const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), mul);
+    r[i] = *reinterpret_cast<const uint32_t*>(&x);
+  }
+}
 /// Two E4M3 codes (low byte first) -> f16x2 of their exact values (NaN stays NaN).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h =

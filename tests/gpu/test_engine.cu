@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "../../src/cuda/engine.h"
+#include "../../src/cuda/heuristics.h"
+#include "../../src/cuda/mx_mma.cuh"
 #include "mxmoe/activation_math.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
@@ -341,8 +343,9 @@ ExpertWeights exact_grid_weights(const MoeConfig& cfg, uint64_t seed) {
   w.w2_scale.resize(el * K * N / 32);
   for (auto& v : w.w13_packed) v = static_cast<uint8_t>(rng.below(256));
   for (auto& v : w.w2_packed) v = static_cast<uint8_t>(rng.below(256));
-  for (auto& v : w.w13_scale) v = static_cast<uint8_t>(125 + rng.below(5));
-  for (auto& v : w.w2_scale) v = static_cast<uint8_t>(125 + rng.below(5));
+  // 2^-3..2^1: inside the prefill path's weight range (heuristics.h kPrefillMaxWeightScale)
+  for (auto& v : w.w13_scale) v = static_cast<uint8_t>(124 + rng.below(5));
+  for (auto& v : w.w2_scale) v = static_cast<uint8_t>(124 + rng.below(5));
   if (cfg.has_bias) {
     w.w13_bias.resize(el * 2 * N);
     w.w2_bias.resize(el * K);
@@ -380,11 +383,73 @@ Routing random_routing(int64_t M, int64_t k, const std::vector<int32_t>& used, u
   return r;
 }
 
+// ---------------------------------------------------------------- prefill operands
+
+__global__ void fp4_bf16_kernel(const uint32_t* words, int nwords, uint32_t* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // word
+  const uint32_t b = blockIdx.y;                        // scale byte
+  if (i >= nwords) return;
+  uint32_t r[4];
+  cd::fp4x8_to_bf16_scaled(words[i], b, r);
+  for (int j = 0; j < 4; ++j) out[(static_cast<size_t>(b) * nwords + i) * 4 + j] = r[j];
+}
+
+// The prefill path's weight decode: every E2M1 code of a tiled matrix times every scale
+// byte 0..kPrefillMaxWeightScale, bit for bit against formats.h (BF16 of the exact value;
+// byte 0 gives BF16 subnormals).
+TEST(Prefill, Fp4ToBf16ScaledExactForAllCodesAndScaleBytes) {
+  REQUIRE_GPU();
+  const int64_t rows = 64, cols = 64;
+  Rng rng(77);
+  std::vector<uint8_t> packed(rows * cols / 2), scale(rows * cols / 32, 127);
+  for (auto& v : packed) v = static_cast<uint8_t>(rng.below(256));
+  std::vector<uint32_t> tp, ts;
+  cd::tile_mxfp4(packed.data(), scale.data(), 1, rows, cols, tp, ts);
+  const int nwords = static_cast<int>(tp.size());  // [mt 4][lane 32][4]
+  const int nb = cd::kPrefillMaxWeightScale + 1;
+  Dev<uint32_t> dw(tp), dout(static_cast<size_t>(nb) * nwords * 4);
+  fp4_bf16_kernel<<<dim3((nwords + 127) / 128, nb), 128>>>(dw.p, nwords, dout.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out = dout.down();
+  int64_t bad = 0;
+  for (int b = 0; b < nb; ++b)
+    for (int w = 0; w < nwords; ++w) {
+      const int mt = w / 128, lane = (w / 4) % 32, wi = w % 4;
+      const int g = lane / 4, t = lane % 4;
+      const int64_t row = 16 * mt + g + (wi & 1 ? 8 : 0), blk = wi >> 1;
+      for (int e = 0; e < 8; ++e) {
+        const int64_t col = blk * 32 + 8 * t + e;
+        const double v = fmt::dequant_e2m1(packed[row * cols / 2 + col / 2], col & 1, static_cast<uint8_t>(b));
+        const uint16_t want = fmt::float_to_bf16(static_cast<float>(v));
+        const uint32_t word = out[(static_cast<size_t>(b) * nwords + w) * 4 + e / 2];
+        const uint16_t got = static_cast<uint16_t>(e & 1 ? word >> 16 : word);
+        if (got != want && bad++ < 5)
+          ADD_FAILURE() << "scale byte " << b << " row " << row << " col " << col << ": " << got << " vs " << want;
+      }
+    }
+  EXPECT_EQ(bad, 0);
+}
+
 struct StageCase {
   Activation act;
   bool x_fp8, mid_fp8, bias;
   int64_t M, K, N;
+  bool tiny_block = false;  // token 1's first MX block scaled 2^-127: not exact in BF16
 };
+
+bool prefill_expected(int64_t M) {
+  cudaDeviceProp prop{};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaGetDeviceProperties(&prop, dev);
+  return M >= cd::kPrefillMinTokens && prop.major == 9 && cd::prefill_kernels_available();
+}
+
+// Output position o of an MX block in a staged BF16 row <- element (stage_bf16.cu).
+int staged_source(int o) {
+  const int s = o >> 4, k = o & 15;
+  return 8 * ((k & 7) >> 1) + 4 * s + 2 * (k >> 3) + (k & 1);
+}
 
 // GEMM1 + activation + intermediate quantization, bit for bit, by running the whole
 // layer and reading the intermediate out of the workspace (layout from the same
@@ -416,6 +481,7 @@ void run_gemm1_stage(const StageCase& sc) {
     xb[i] = fmt::float_to_bf16(static_cast<float>(v));
   }
   for (auto& v : xs) v = static_cast<uint8_t>(126 + rng.below(3));
+  if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   const Routing routing = random_routing(M, k, {0, 2, 4, 5, 7, 3}, 300 + M, true);  // 6 unused
 
   CudaMoeLayer layer(cfg, w);
@@ -435,6 +501,30 @@ void run_gemm1_stage(const StageCase& sc) {
   layer.forward(a, ws.p, ws.n, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto wsh = ws.down();
+
+  // Prefill path (sm_90): x staged exactly, or flagged and run on the generic path.
+  const bool prefill = prefill_expected(M);
+  if (prefill) {
+    uint32_t inexact = 0;
+    std::memcpy(&inexact, wsh.data() + L.inexact, 4);
+    EXPECT_EQ(inexact & cd::kInexactX, sc.tiny_block ? cd::kInexactX : 0u) << "x inexact bit";
+    const int64_t Kp = (K + 63) / 64 * 64;
+    int64_t stage_bad = 0;
+    for (int64_t t = 0; t < M && !sc.tiny_block; ++t)
+      for (int64_t c = 0; c < Kp; ++c) {
+        uint16_t got;
+        std::memcpy(&got, wsh.data() + L.xb + (t * Kp + c) * 2, 2);
+        const int64_t src = c / 32 * 32 + staged_source(static_cast<int>(c % 32));
+        uint16_t want = 0;
+        if (src < K)
+          want = sc.x_fp8 ? fmt::float_to_bf16(static_cast<float>(
+                                fmt::dequant_e4m3(xc[t * K + src], xs[t * K / 32 + src / 32])))
+                          : xb[t * K + src];
+        if (got != want && stage_bad++ < 3)
+          ADD_FAILURE() << "staged x token " << t << " col " << c << ": " << got << " vs " << want;
+      }
+    EXPECT_EQ(stage_bad, 0);
+  }
 
   // CPU: rows per local expert in (token, slot) order.
   const int el = 4;
@@ -483,6 +573,36 @@ void run_gemm1_stage(const StageCase& sc) {
       ++row;
     }
   EXPECT_EQ(bad, 0);
+
+  // GEMM2 of the same forward, from the GPU's own intermediate, in float64: the prefill
+  // and the other paths sum in fp32 in their own order, so this bound is relative to the
+  // sum of |terms| (a wrong row, column or K permutation errs by O(1) of it).
+  int64_t y_bad = 0;
+  row = 0;
+  if (L.gemm2_splits == 1)  // (split GEMM2 leaves partials: its own test below)
+  for (int e = 0; e < el; ++e)
+    for (size_t i = 0; i < rows[e].size(); ++i, ++row)
+      for (int64_t c = 0; c < K; ++c) {
+        double ref = sc.bias ? w.w2_bias[e * K + c] : 0.0, mag = std::fabs(ref);
+        for (int64_t n = 0; n < N; ++n) {
+          double h;
+          if (sc.mid_fp8) {
+            h = fmt::dequant_e4m3(wsh[L.inter + row * N + n], wsh[L.inter_scale + row * (N / 32) + n / 32]);
+          } else {
+            uint16_t b;
+            std::memcpy(&b, wsh.data() + L.inter + (row * N + n) * 2, 2);
+            h = fmt::bf16_to_float(b);
+          }
+          const double term = h * w_value(w.w2_packed, w.w2_scale, e * K + c, n, N);
+          ref += term;
+          mag += std::fabs(term);
+        }
+        float got;
+        std::memcpy(&got, wsh.data() + L.y + (row * K + c) * 4, 4);
+        if (!(std::fabs(got - ref) <= 1e-6 * mag + 1e-30) && y_bad++ < 3)
+          ADD_FAILURE() << "GEMM2 row " << row << " col " << c << ": " << got << " vs " << ref;
+      }
+  EXPECT_EQ(y_bad, 0);
 }
 
 TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
@@ -495,6 +615,14 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
       {Activation::SiTU, false, true, false, 33, 160, 64},
       {Activation::SwiGLU_OAI, true, false, true, 2, 96, 32},
+      // Prefill path on sm_90 (M >= kPrefillMinTokens): several token tiles, a row block
+      // with missing row groups (N 96: 3 of 4), K % 64 == 32, BF16 x and intermediate,
+      // and a token whose x block is not exact in BF16 (generic fallback).
+      {Activation::SiTU, true, true, false, 300, 128, 64},
+      {Activation::SwiGLU_OAI, true, true, true, 160, 96, 96},
+      {Activation::SiLU_Gated, false, false, false, 140, 64, 160},
+      {Activation::SiTU, false, true, false, 129, 192, 64},
+      {Activation::SiTU, true, false, false, 150, 128, 64, true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
@@ -830,7 +958,7 @@ TEST(Layer, MatchesReferenceDeterministicAndGraphReplayIdentical) {
     for (auto fm : {std::pair{InputFormat::MXFP8, IntermediateFormat::MXFP8},
                     std::pair{InputFormat::BF16, IntermediateFormat::BF16},
                     std::pair{InputFormat::BF16, IntermediateFormat::MXFP8}})
-      for (int64_t M : {1, 2, 8, 32}) {
+      for (int64_t M : {1, 2, 8, 32, 160}) {  // 160: the prefill path on sm_90
         const MoeConfig cfg = small_cfg(act, fm.first, fm.second);
         SCOPED_TRACE(cfg.describe() + " M=" + std::to_string(M));
         const SyntheticLayer syn = make_synthetic_layer(cfg, 1000 + seed);
@@ -839,7 +967,7 @@ TEST(Layer, MatchesReferenceDeterministicAndGraphReplayIdentical) {
         const Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 13, 14, 2, 5}, 3000 + seed, true);
         ++seed;
         CudaMoeLayer layer(cfg, syn.weights);
-        CudaHostSession s(layer, 32);
+        CudaHostSession s(layer, std::max<int64_t>(32, M));
         // An MXFP8 layer gets BF16 x (quantized on the GPU) or pre-quantized x in turns.
         const Activations xin = (fm.first == InputFormat::MXFP8 && M % 2 == 0) ? x.to_mxfp8() : x;
         s.set_inputs(xin, &r, nullptr);

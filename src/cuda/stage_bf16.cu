@@ -1,0 +1,126 @@
+// stage_bf16.cu — the prefill path's operand staging: MXFP8 (or BF16) rows -> BF16 rows
+// that hold the exact dequantized values, once per forward, for the wgmma mainloop
+// (wgmma_mx.cuh) to stream with plain copies.
+//
+// Row r of `dst` holds value * 2^-D(r): D is the row's range factor exponent (the largest
+// scale byte above 127 + 64, as b_row_range and stage_b_scales take it), so a token with
+// huge scales still sums in fp32 range; back[r] = 2^D is applied after the GEMM. Inside
+// each MX block of 32 the elements are stored in the order the tiled weights feed the MMA
+// (engine.h): position 16s + k' (k16 step s, MMA k index k') holds element
+//   8 * ((k' % 8) / 2) + 4s + 2 * (k' / 8) + k' % 2.
+// Columns past `cols` are zeros up to `stride` (a multiple of 64). A value is exact in
+// BF16 when it is 0, NaN, or a normal BF16 number (|v| >= 2^-126) that converts back to
+// itself; anything else sets the flag bit, and that GEMM runs on the generic path.
+#include <atomic>
+
+#include "common.cuh"
+#include "engine.h"
+#include "mxmoe/formats.h"
+
+namespace mxmoe::cuda_detail {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;  // one warp per row
+
+/// Output position o (0..31) of an MX block <- input element.
+__device__ __forceinline__ int staged_source(int o) {
+  const int s = o >> 4, k = o & 15;
+  return 8 * ((k & 7) >> 1) + 4 * s + 2 * (k >> 3) + (k & 1);
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kRowsPerBlock * 32) stage_bf16_kernel(const StageBf16Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= p.rows) return;
+  if (p.live_rows != nullptr && row >= *p.live_rows) return;
+  const int kb = static_cast<int>(p.cols / kMxBlock), kbp = static_cast<int>(p.stride / kMxBlock);
+  uint16_t* out = p.dst + row * p.stride;
+  float adj = 1.0f;
+  if constexpr (kFp8) {
+    const uint8_t* sc = p.scale + row * kb;
+    int mx = 0;
+    for (int b = lane; b < kb; b += 32) {
+      const int v = sc[b];
+      if (v != 0xFF && v > mx) mx = v;  // a NaN scale poisons its block anyway
+    }
+#pragma unroll
+    for (int d = 16; d >= 1; d >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+    const int d = max(0, mx - 127 - 64);
+    adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23);
+    if (lane == 0) p.back[row] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+  } else if (lane == 0) {
+    p.back[row] = 1.0f;
+  }
+  bool inexact = false;
+  for (int b = lane; b < kbp; b += 32) {
+    uint16_t in[32];
+    if (b >= kb) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) in[i] = 0;
+    } else if constexpr (kFp8) {
+      const uint8_t* codes = static_cast<const uint8_t*>(p.src) + row * p.cols + b * kMxBlock;
+      const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
+      const uint4 c1 = *reinterpret_cast<const uint4*>(codes + 16);
+      const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+      const float s = fmt::e8m0_to_float(p.scale[row * kb + b]) * adj;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const uint8_t code = static_cast<uint8_t>(words[i >> 2] >> (8 * (i & 3)));
+        const float v = fmt::e4m3_to_float(code) * s;
+        in[i] = fmt::float_to_bf16(v);
+        const bool ok = v == 0.0f ? (code & 0x7Fu) == 0 : fmt::is_nan(v) ||
+                        (fabsf(v) >= 1.17549435e-38f && fmt::bf16_to_float(in[i]) == v);
+        inexact = inexact || !ok;
+      }
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.src) +
+                                                        row * p.cols + b * kMxBlock);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 v = src[q];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          in[8 * q + 2 * i] = static_cast<uint16_t>(w[i]);
+          in[8 * q + 2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
+        }
+      }
+    }
+    uint32_t o[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      o[i] = static_cast<uint32_t>(in[staged_source(2 * i)]) |
+             (static_cast<uint32_t>(in[staged_source(2 * i + 1)]) << 16);
+    uint4* dst = reinterpret_cast<uint4*>(out + b * kMxBlock);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+  }
+  if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(p.flag, p.flag_bit);
+}
+
+}  // namespace
+
+void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
+  MXMOE_CHECK_ARG(p.cols % kMxBlock == 0 && p.stride % 64 == 0 && p.stride >= p.cols,
+                  "StageBf16Params.stride", p.stride, ": needs a multiple of 64 >= cols ", p.cols);
+  if (p.rows == 0) return;
+  const unsigned grid = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (p.fp8) stage_bf16_kernel<true><<<grid, kRowsPerBlock * 32, 0, stream>>>(p);
+  else stage_bf16_kernel<false><<<grid, kRowsPerBlock * 32, 0, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("stage_bf16_kernel");
+}
+
+int current_sm_count() {
+  static std::atomic<int> cached[64] = {};
+  int dev = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < 64 && cached[dev].load() > 0) return cached[dev].load();
+  int n = 0;
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev >= 0 && dev < 64) cached[dev].store(n);
+  return n;
+}
+
+}  // namespace mxmoe::cuda_detail

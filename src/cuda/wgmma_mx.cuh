@@ -1,0 +1,242 @@
+// wgmma_mx.cuh — the prefill path's mainloop (sm_90a), shared by GEMM1 and GEMM2: a
+// persistent, warp-specialized grouped GEMM over (expert, token tile, row block) tiles.
+//
+// Exactness: both operands reach the tensor cores as BF16 holding the exact dequantized
+// MX values (scale included): the weights through fp4x8_to_bf16_scaled in registers, the
+// activations (x for GEMM1, the intermediate for GEMM2) through stage_bf16.cu, which
+// writes them once per forward as BF16 rows (row range factor 2^-D folded in, as the
+// other paths do) and flags any value BF16 cannot hold, sending that GEMM to the generic
+// path. So every product is exact and only the fp32 summation order differs (SPEC §7).
+//
+// CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
+//   warpgroup 0 (producer, 56 registers): cp.async of each 64-K chunk into a ring of
+//     kPfStages shared stages: the 128 token rows (B, BF16, 128-byte swizzled rows, the
+//     wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and their scale words.
+//     A stage is published on its `full` mbarrier once the copies have landed.
+//   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
+//     128 tokens: per MX block it decodes its A fragments (weights) from shared memory
+//     into registers and issues wgmma m64n128k16 (A registers, B shared); two fp32
+//     accumulators of 64 x 128 per warpgroup. Stages go back on `empty`.
+// Weights are the MMA's M dimension ("swap AB"): the tiled layout (engine.h) already
+// gives each lane its m16n8k16 A fragment, which is also the wgmma A fragment of its warp.
+// Its K permutation inside an MX block (lane t holds elements 8t..8t+7) is undone by
+// permuting the staged B rows the same way (stage_bf16.cu), so no shuffle is needed.
+//
+// Tiles: per expert, ceil(rows / 128) token tiles x ceil(RG / 4) row blocks, row block
+// fastest so that the CTAs running at once share one token tile and one expert's weights
+// in L2. Every role walks the same tile sequence (pf_tile).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine.h"
+#include "mx_mma.cuh"
+#include "ptx.cuh"
+
+namespace mxmoe::cuda_detail {
+
+inline constexpr int kPfTokens = 128;                          // token tile (wgmma N)
+inline constexpr int kPfRowGroups = 4;                         // 64-row groups per tile
+inline constexpr int kPfStages = 6;                            // ring depth
+inline constexpr int kPfLag = 2;                               // producer chunks in flight
+inline constexpr int kPfThreads = 384;                         // 3 warpgroups
+inline constexpr int kPfStageB = kPfTokens * 128;              // 128 rows x 64 bf16
+inline constexpr int kPfStageW = kPfRowGroups * 4 * 32 * 16;   // tiled weight words
+inline constexpr int kPfStageS = kPfRowGroups * 8 * 16;        // tiled scale words
+inline constexpr int kPfStageBytes = 25 * 1024;                // rounded: B stays 1024-aligned
+static_assert(kPfStageB + kPfStageW + kPfStageS <= kPfStageBytes, "stage overflow");
+static_assert(kPfLag <= kPfStages - 2, "consumers release a stage one MX block into the next");
+inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
+/// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
+inline constexpr int kPfSmemBytes =
+    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4;
+
+struct PfTile {
+  int e = -1, tt = 0, rb = 0;
+};
+/// Tile `i` of the sequence (e = -1 past the end). Rows per expert come from the device.
+__device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i) {
+  for (int e = 0; e < num_local; ++e) {
+    const int n = (counts[e] + kPfTokens - 1) / kPfTokens * rb_count;
+    if (i < n) return PfTile{e, i / rb_count, i % rb_count};
+    i -= n;
+  }
+  return PfTile{};
+}
+
+/// What the producer streams.
+struct PfOperands {
+  const uint4* w = nullptr;          // tiled packed weights [E][RG][KC][4][32]
+  const uint4* ws = nullptr;         // tiled scales as uint4 [E][RG][KC][8]
+  int rg_count = 0, kc_count = 0;
+  const uint16_t* b = nullptr;       // staged BF16 rows, `b_stride` elements apart
+  int64_t b_stride = 0;
+  const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
+  int top_k = 1;                     // null: B row = routed row (GEMM2)
+  const int32_t* counts = nullptr;
+  const int32_t* offsets = nullptr;
+  int num_local = 0;
+  __device__ int rb_count() const { return (rg_count + kPfRowGroups - 1) / kPfRowGroups; }
+};
+
+/// The ring in dynamic shared memory.
+struct PfRing {
+  uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
+  uint64_t* full;    // [kPfStages]: 128 producer arrivals
+  uint64_t* empty;   // [kPfStages]: 8 consumer-warp arrivals
+  float* amax;       // [2][4][kPfTokens]
+};
+__device__ __forceinline__ PfRing pf_ring(void* dyn_smem) {
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(dyn_smem) + 1023) & ~uintptr_t{1023};
+  PfRing r;
+  r.stages = reinterpret_cast<uint8_t*>(base);
+  r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kPfStageBytes);
+  r.empty = r.full + kPfStages;
+  r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
+  return r;
+}
+
+#if defined(MXMOE_SM90A)
+
+__device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPfStages; ++s) {
+      mbar_init(&r.full[s], 128);
+      mbar_init(&r.empty[s], 8);
+    }
+  }
+  __syncthreads();
+}
+
+/// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
+/// of token rows (i >> 3) + 16m (m < 8), weight words i + 128q (q < 4) and, for i < 32,
+/// the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival waits for
+/// its copies kPfLag chunks later (cp.async groups complete in order).
+__device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
+  const int i = threadIdx.x;
+  const int c = i & 7, r0 = i >> 3;
+  const int rb_count = o.rb_count();
+  uint32_t n = 0, published = 0;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
+    if (t.e < 0) break;
+    const int count = o.counts[t.e], off = o.offsets[t.e];
+    int64_t src[8];  // element offset of this thread's piece in B row r0 + 16m, or -1
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int row = t.tt * kPfTokens + r0 + 16 * m;
+      src[m] = -1;
+      if (row < count) {
+        const int64_t grow = off + row;
+        const int64_t brow = o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
+        src[m] = brow * o.b_stride + c * 8;
+      }
+    }
+    const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
+    for (int kc = 0; kc < o.kc_count; ++kc) {
+      const int s = static_cast<int>(n % kPfStages);
+      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], ((n / kPfStages) - 1) & 1);
+      uint8_t* st = ring.stages + s * kPfStageBytes;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int r = r0 + 16 * m;
+        const uint16_t* g = src[m] >= 0 ? o.b + src[m] + kc * 64 : o.b;
+        cp_async_16_zfill(st + r * 128 + ((c ^ (r & 7)) << 4), g, src[m] >= 0 ? 16u : 0u);
+      }
+#pragma unroll
+      for (int q = 0; q < kPfRowGroups; ++q)
+        if (t.rb * kPfRowGroups + q < o.rg_count)
+          cp_async_16(st + kPfStageB + (q * 128 + i) * 16,
+                      o.w + ((group0 + q) * o.kc_count + kc) * 128 + i);
+      if (i < 32 && t.rb * kPfRowGroups + (i >> 3) < o.rg_count)
+        cp_async_16(st + kPfStageB + kPfStageW + i * 16,
+                    o.ws + ((group0 + (i >> 3)) * o.kc_count + kc) * 8 + (i & 7));
+      cp_async_commit();
+      ++n;
+      if (n > static_cast<uint32_t>(kPfLag)) {
+        cp_async_wait<kPfLag>();
+        fence_proxy_async_shared();
+        mbar_arrive(&ring.full[published % kPfStages]);
+        ++published;
+      }
+    }
+  }
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  for (; published < n; ++published) mbar_arrive(&ring.full[published % kPfStages]);
+}
+
+/// A fragments of one MX block (b) for the two k16 steps: rows g (word w0, scale byte
+/// s0) and g + 8 (w1, s1) of this warp's m16 tile; frag[s] = {r0[2s], r1[2s], r0[2s+1],
+/// r1[2s+1]} as in warp_mma_mx.
+__device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0, uint32_t s1,
+                                           uint32_t (&frag)[2][4]) {
+  uint32_t r0[4], r1[4];
+  fp4x8_to_bf16_scaled(w0, s0, r0);
+  fp4x8_to_bf16_scaled(w1, s1, r1);
+  frag[0][0] = r0[0]; frag[0][1] = r1[0]; frag[0][2] = r0[1]; frag[0][3] = r1[1];
+  frag[1][0] = r0[2]; frag[1][1] = r1[2]; frag[1][2] = r0[3]; frag[1][3] = r1[3];
+}
+
+/// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
+/// tiles x 128 tokens over all of K. kGated (GEMM1): both tiles in row group 2wg + w/2,
+/// gate rows (m16 tile w % 2) in acc_a and the up rows of the same columns (tile
+/// 2 + w % 2) in acc_b, so the activation needs no exchange. Otherwise (GEMM2): row
+/// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `chunk` counts the ring's chunks
+/// consumed so far (the same sequence as the producer's).
+template <bool kGated>
+__device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[64], const PfRing& ring,
+                                            uint32_t& chunk, int kc_count, int wg) {
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
+  const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;
+  const int qb = kGated ? qa : 2 * wg + 1;
+  const int mta = kGated ? (warp & 1) : warp;
+  const int mtb = kGated ? 2 + (warp & 1) : warp;
+  const int woff_a = kPfStageB + ((qa * 4 + mta) * 32 + lane) * 16;
+  const int woff_b = kPfStageB + ((qb * 4 + mtb) * 32 + lane) * 16;
+  const int soff_a = kPfStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
+  const int soff_b = kPfStageB + kPfStageW + ((qb * 8 + g) * 4 + mtb) * 4;
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc_a[j] = acc_b[j] = 0.0f;
+  for (int kc = 0; kc < kc_count; ++kc) {
+    const uint32_t n = chunk + kc;
+    const int s = static_cast<int>(n % kPfStages);
+    mbar_wait(&ring.full[s], (n / kPfStages) & 1);
+    const uint8_t* st = ring.stages + s * kPfStageBytes;
+    const uint4 wa = *reinterpret_cast<const uint4*>(st + woff_a);
+    const uint4 wb = *reinterpret_cast<const uint4*>(st + woff_b);
+    const uint32_t sa = *reinterpret_cast<const uint32_t*>(st + soff_a);
+    const uint32_t sb = *reinterpret_cast<const uint32_t*>(st + soff_b);
+    const uint64_t desc = smem_desc_k128(st);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      // The fragments written below fed the group before the last one: wait for it.
+      // After this wait at b = 1 every group of the previous chunk is done: its stage
+      // goes back to the producer.
+      wgmma_wait<1>();
+      if (b == 1 && kc > 0 && lane == 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+      uint32_t fa[2][4], fb[2][4];
+      pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu,
+                 (sa >> (16 * b + 8)) & 0xFFu, fa);
+      pf_a_frags(b ? wb.z : wb.x, b ? wb.w : wb.y, (sb >> (16 * b)) & 0xFFu,
+                 (sb >> (16 * b + 8)) & 0xFFu, fb);
+      wgmma_fence();
+#pragma unroll
+      for (int k16 = 0; k16 < 2; ++k16) {
+        const uint64_t d = desc + static_cast<uint64_t>(((2 * b + k16) * 32) >> 4);
+        wgmma_m64n128k16_rs(acc_a, fa[k16], d);
+        wgmma_m64n128k16_rs(acc_b, fb[k16], d);
+      }
+      wgmma_commit();
+    }
+  }
+  wgmma_wait<0>();
+  if (lane == 0) mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
+  chunk += kc_count;
+}
+
+#endif  // MXMOE_SM90A
+
+}  // namespace mxmoe::cuda_detail
