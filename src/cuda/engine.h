@@ -228,8 +228,9 @@ struct StageBf16Params {
   uint32_t flag_bit = 0;
 };
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
-/// Number of SMs of the current device (the prefill grid), cached per device.
-int current_sm_count();
+/// CTAs of a prefill launch: one per SM of the current device (or fewer with the test
+/// knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
+int prefill_ctas();
 /// True when the current device runs this binary's sm_90a prefill kernels (an sm_90 GPU
 /// and a build with 90a; an sm_80 image would run there with empty prefill kernels).
 bool prefill_kernels_available();

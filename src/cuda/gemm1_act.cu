@@ -257,14 +257,14 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
   const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
+  const float* s_back = s_amax + kPfAmaxFloats + wg * kPfTokens;  // ring.back[wg]
+  named_barrier_sync(barrier, 128);  // s_back (copied by the whole warpgroup) is complete
   // Pass 1: activations into acc_g; the per-token amax of this warp's 16 columns.
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
-      const bool valid = rg_ok && row < count;
-      const float back = valid ? p.xb_back[p.row_map[off + row] / p.top_k] : 1.0f;
+      const float back = s_back[8 * j + 2 * t + c];
       float amax = 0.0f;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -313,7 +313,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
         for (int h = 0; h < 2; ++h) o[8 * h + g] = fmt::float_to_bf16(acc_g[4 * j + 2 * h + c]);
       }
     }
-  if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);  // s_amax is reused next tile
+  named_barrier_sync(barrier, 128);  // s_amax and s_back are rewritten for the next tile
 }
 #endif
 
@@ -331,6 +331,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
   o.kc_count = p.w13.kc;
   o.b = p.xb;
   o.b_stride = p.xb_stride;
+  o.b_back = p.xb_back;
   o.row_map = p.row_map;
   o.top_k = static_cast<int>(p.top_k);
   o.counts = p.counts;
@@ -358,7 +359,7 @@ template <bool kFp8Inter>
 void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-  gemm1_prefill_kernel<kFp8Inter><<<current_sm_count(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  gemm1_prefill_kernel<kFp8Inter><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
 }
 

@@ -199,7 +199,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 // + 1 (acc_b) for 128 routed rows; each row is scaled by its range factor, plus the bias.
 #if defined(MXMOE_SM90A)
 __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[64], int rg,
-                                           const PfTile& tile) {
+                                           const PfTile& tile, const float* s_back) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int count = p.counts[tile.e], off = p.offsets[tile.e];
@@ -212,7 +212,7 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
       const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
       if (row >= count) continue;
       const int64_t grow = off + row;
-      const float back = p.ib_back[grow];
+      const float back = s_back[8 * j + 2 * t + c];
       float* yr = p.y + grow * K;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -239,6 +239,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm
   o.kc_count = p.w2.kc;
   o.b = p.ib;
   o.b_stride = p.ib_stride;
+  o.b_back = p.ib_back;
   o.counts = p.counts;
   o.offsets = p.offsets;
   o.num_local = p.num_local;
@@ -255,9 +256,12 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm
     if (tile.e < 0) break;
     float acc_a[64], acc_b[64];
     pf_mainloop<false>(acc_a, acc_b, ring, chunk, o.kc_count, wg - 1);
+    const float* s_back = ring.back + (wg - 1) * kPfTokens;
+    named_barrier_sync(wg, 128);  // s_back (copied by the whole warpgroup) is complete
     const int rg = tile.rb * kPfRowGroups + 2 * (wg - 1);
-    pf_store_y(p, acc_a, rg, tile);
-    pf_store_y(p, acc_b, rg + 1, tile);
+    pf_store_y(p, acc_a, rg, tile, s_back);
+    pf_store_y(p, acc_b, rg + 1, tile, s_back);
+    named_barrier_sync(wg, 128);  // s_back is rewritten for the next tile
   }
 #endif
 }
@@ -282,7 +286,7 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                     "range factors, the inexact word and splits 1");
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-    gemm2_prefill_kernel<<<current_sm_count(), kPfThreads, kPfSmemBytes, stream>>>(p);
+    gemm2_prefill_kernel<<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
     MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
     // The generic kernels below leave at once unless the inexact bit is set.
   }

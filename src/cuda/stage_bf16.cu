@@ -12,6 +12,7 @@
 // BF16 when it is 0, NaN, or a normal BF16 number (|v| >= 2^-126) that converts back to
 // itself; anything else sets the flag bit, and that GEMM runs on the generic path.
 #include <atomic>
+#include <cstdlib>
 
 #include "common.cuh"
 #include "engine.h"
@@ -112,6 +113,9 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
   MXMOE_LAUNCH_CHECK("stage_bf16_kernel");
 }
 
+// ---------------------------------------------------------------- prefill grid
+
+namespace {
 int current_sm_count() {
   static std::atomic<int> cached[64] = {};
   int dev = 0;
@@ -121,6 +125,18 @@ int current_sm_count() {
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
   if (dev >= 0 && dev < 64) cached[dev].store(n);
   return n;
+}
+}  // namespace
+
+int prefill_ctas() {
+  const int sms = current_sm_count();
+  // Tests shrink the grid so that each CTA loops over several tiles (both consumers'
+  // turns, ring wrap-around) on small problems.
+  if (const char* v = std::getenv("MXMOE_PREFILL_CTAS")) {
+    const int n = std::atoi(v);
+    if (n >= 1 && n < sms) return n;
+  }
+  return sms;
 }
 
 }  // namespace mxmoe::cuda_detail

@@ -12,7 +12,8 @@
 //   warpgroup 0 (producer, 56 registers): cp.async of each 64-K chunk into a ring of
 //     kPfStages shared stages: the 128 token rows (B, BF16, 128-byte swizzled rows, the
 //     wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and their scale words.
-//     A stage is published on its `full` mbarrier once the copies have landed.
+//     A stage is published on its `full` mbarrier once the copies have landed. A tile's
+//     first stage also carries its 128 row range factors, for the epilogue.
 //   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
 //     128 tokens: per MX block it decodes its A fragments (weights) from shared memory
 //     into registers and issues wgmma m64n128k16 (A registers, B shared); two fp32
@@ -45,13 +46,15 @@ inline constexpr int kPfThreads = 384;                         // 3 warpgroups
 inline constexpr int kPfStageB = kPfTokens * 128;              // 128 rows x 64 bf16
 inline constexpr int kPfStageW = kPfRowGroups * 4 * 32 * 16;   // tiled weight words
 inline constexpr int kPfStageS = kPfRowGroups * 8 * 16;        // tiled scale words
-inline constexpr int kPfStageBytes = 25 * 1024;                // rounded: B stays 1024-aligned
-static_assert(kPfStageB + kPfStageW + kPfStageS <= kPfStageBytes, "stage overflow");
+inline constexpr int kPfStageBack = kPfStageB + kPfStageW + kPfStageS;  // tile's first chunk:
+                                                               // 128 f32 range factors
+inline constexpr int kPfStageBytes = 25 * 1024;                // B stays 1024-aligned
+static_assert(kPfStageBack + kPfTokens * 4 <= kPfStageBytes, "stage overflow");
 static_assert(kPfLag <= kPfStages - 2, "consumers release a stage one MX block into the next");
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 /// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
 inline constexpr int kPfSmemBytes =
-    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4;
+    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4;
 
 struct PfTile {
   int e = -1, tt = 0, rb = 0;
@@ -73,6 +76,7 @@ struct PfOperands {
   int rg_count = 0, kc_count = 0;
   const uint16_t* b = nullptr;       // staged BF16 rows, `b_stride` elements apart
   int64_t b_stride = 0;
+  const float* b_back = nullptr;     // range factor per B row
   const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
   int top_k = 1;                     // null: B row = routed row (GEMM2)
   const int32_t* counts = nullptr;
@@ -87,6 +91,7 @@ struct PfRing {
   uint64_t* full;    // [kPfStages]: 128 producer arrivals
   uint64_t* empty;   // [kPfStages]: 8 consumer-warp arrivals
   float* amax;       // [2][4][kPfTokens]
+  float* back;       // [2][kPfTokens]: each consumer's copy of its tile's range factors
 };
 __device__ __forceinline__ PfRing pf_ring(void* dyn_smem) {
   const uintptr_t base = (reinterpret_cast<uintptr_t>(dyn_smem) + 1023) & ~uintptr_t{1023};
@@ -95,6 +100,7 @@ __device__ __forceinline__ PfRing pf_ring(void* dyn_smem) {
   r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kPfStageBytes);
   r.empty = r.full + kPfStages;
   r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
+  r.back = r.amax + kPfAmaxFloats;
   return r;
 }
 
@@ -113,7 +119,8 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
 /// of token rows (i >> 3) + 16m (m < 8), weight words i + 128q (q < 4) and, for i < 32,
 /// the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival waits for
-/// its copies kPfLag chunks later (cp.async groups complete in order).
+/// its copies kPfLag chunks later (cp.async groups complete in order). Threads with
+/// i & 7 == 0 also store their 8 rows' range factors into the tile's first stage.
 __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
@@ -124,14 +131,17 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
     int64_t src[8];  // element offset of this thread's piece in B row r0 + 16m, or -1
+    float back[8];   // its range factor (used by threads with c == 0)
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const int row = t.tt * kPfTokens + r0 + 16 * m;
       src[m] = -1;
+      back[m] = 1.0f;
       if (row < count) {
         const int64_t grow = off + row;
         const int64_t brow = o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
         src[m] = brow * o.b_stride + c * 8;
+        if (c == 0) back[m] = o.b_back[brow];
       }
     }
     const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
@@ -139,6 +149,10 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       const int s = static_cast<int>(n % kPfStages);
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], ((n / kPfStages) - 1) & 1);
       uint8_t* st = ring.stages + s * kPfStageBytes;
+      if (kc == 0 && c == 0) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) reinterpret_cast<float*>(st + kPfStageBack)[r0 + 16 * m] = back[m];
+      }
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
         const int r = r0 + 16 * m;
@@ -185,7 +199,9 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 /// gate rows (m16 tile w % 2) in acc_a and the up rows of the same columns (tile
 /// 2 + w % 2) in acc_b, so the activation needs no exchange. Otherwise (GEMM2): row
 /// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `chunk` counts the ring's chunks
-/// consumed so far (the same sequence as the producer's).
+/// consumed so far (the same sequence as the producer's). The tile's range factors are
+/// copied to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup
+/// barrier).
 template <bool kGated>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[64], const PfRing& ring,
                                             uint32_t& chunk, int kc_count, int wg) {
@@ -205,6 +221,9 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     const int s = static_cast<int>(n % kPfStages);
     mbar_wait(&ring.full[s], (n / kPfStages) & 1);
     const uint8_t* st = ring.stages + s * kPfStageBytes;
+    if (kc == 0)
+      ring.back[wg * kPfTokens + (threadIdx.x & 127)] =
+          reinterpret_cast<const float*>(st + kPfStageBack)[threadIdx.x & 127];
     const uint4 wa = *reinterpret_cast<const uint4*>(st + woff_a);
     const uint4 wb = *reinterpret_cast<const uint4*>(st + woff_b);
     const uint32_t sa = *reinterpret_cast<const uint32_t*>(st + soff_a);

@@ -435,6 +435,7 @@ struct StageCase {
   bool x_fp8, mid_fp8, bias;
   int64_t M, K, N;
   bool tiny_block = false;  // token 1's first MX block scaled 2^-127: not exact in BF16
+  int prefill_ctas = 0;     // > 0: MXMOE_PREFILL_CTAS (several tiles per CTA)
 };
 
 bool prefill_expected(int64_t M) {
@@ -498,7 +499,9 @@ void run_gemm1_stage(const StageCase& sc) {
   a.topk_ids = ids.p;
   a.topk_weights = wts.p;
   a.out = out.p;
+  if (sc.prefill_ctas > 0) setenv("MXMOE_PREFILL_CTAS", std::to_string(sc.prefill_ctas).c_str(), 1);
   layer.forward(a, ws.p, ws.n, nullptr);
+  unsetenv("MXMOE_PREFILL_CTAS");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto wsh = ws.down();
 
@@ -623,6 +626,10 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiLU_Gated, false, false, false, 140, 64, 160},
       {Activation::SiTU, false, true, false, 129, 192, 64},
       {Activation::SiTU, true, false, false, 150, 128, 64, true},
+      // 2 and 3 CTAs over 8-16 tiles of 18-28 chunks (more than the ring holds): both
+      // consumers' turns and the ring's wrap-around inside and across tiles.
+      {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2},
+      {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
