@@ -54,12 +54,15 @@ MXMOE_HD float rint32(float x) {
 /// e^x in fp32, deterministic across host and device (Cody-Waite reduction to
 /// |r| <= ln2/2, degree-6 minimax polynomial, exact power-of-two rescale).
 MXMOE_HD float exp_f32(float x) {
-  if (fmt::is_nan(x)) return x;
-  if (x > 88.72283935546875f) return fmt::bits_float(0x7f800000u);  // overflows to +Inf
-  if (x < -103.97208404541015625f) return 0.0f;                      // underflows to 0
-  const float n = rint32(mul32(x, 1.44269502162933349609375f));      // round(x / ln2)
+  // Branch-free (the special cases are selected at the end): the GPU epilogues evaluate
+  // many activations per thread, and straight-line code lets the compiler interleave them.
+  const bool nan = fmt::is_nan(x);
+  const bool over = x > 88.72283935546875f;       // overflows to +Inf
+  const bool under = x < -103.97208404541015625f;  // underflows to 0
+  const float xs = (nan || over || under) ? 0.0f : x;
+  const float n = rint32(mul32(xs, 1.44269502162933349609375f));  // round(x / ln2)
   // r = x - n*ln2 with ln2 = C1 + C2, C1 having few bits so n*C1 is exact.
-  float r = fma32(n, -0.693359375f, x);
+  float r = fma32(n, -0.693359375f, xs);
   r = fma32(n, 2.12194440e-4f, r);
   // exp(r) = 1 + r + r^2 * P(r)   (Cephes expf coefficients)
   float p = 1.9875691500e-4f;
@@ -71,21 +74,19 @@ MXMOE_HD float exp_f32(float x) {
   const float r2 = mul32(r, r);
   p = fma32(p, r2, r);
   p = add32(p, 1.0f);
-  // p * 2^n, n in [-150, 128]; split so every factor is a normal float and only the
-  // last multiply rounds (it is the one that may produce a subnormal).
-  int ni = static_cast<int>(n);
-  if (ni > 127) {
-    p = mul32(p, 2.0f);
-    ni -= 1;
-  }
-  if (ni < -126) {
-    p = mul32(p, fmt::bits_float(static_cast<uint32_t>(ni + 64 + 127) << 23));
-    return mul32(p, fmt::bits_float(static_cast<uint32_t>(-64 + 127) << 23));
-  }
-  return mul32(p, fmt::bits_float(static_cast<uint32_t>(ni + 127) << 23));
+  // p * 2^n, n in [-150, 128], as (p * a) * b with every factor a normal float and only
+  // the last multiply rounding (it is the one that may produce a subnormal):
+  //   n > 127: a = 2, b = 2^127;  n < -126: a = 2^(n+64), b = 2^-64;  else a = 1, b = 2^n.
+  const int ni = static_cast<int>(n);
+  const bool hi = ni > 127, lo = ni < -126;
+  const float a = hi ? 2.0f : lo ? fmt::bits_float(static_cast<uint32_t>(ni + 64 + 127) << 23) : 1.0f;
+  const float b = hi ? fmt::bits_float(static_cast<uint32_t>(127 + 127) << 23)
+                  : lo ? fmt::bits_float(static_cast<uint32_t>(-64 + 127) << 23)
+                       : fmt::bits_float(static_cast<uint32_t>(ni + 127) << 23);
+  const float e = mul32(mul32(p, a), b);
+  return nan ? x : over ? fmt::bits_float(0x7f800000u) : under ? 0.0f : e;
 }
 
-/// 1 / (1 + e^-x): the router's score function and the activations' sigmoid.
 MXMOE_HD float sigmoid_f32(float x) { return 1.0f / add32(1.0f, exp_f32(-x)); }
 
 /// tanh(z): 2*sigmoid(2z) - 1 for |z| >= 0.55 (a few ulp there), and the odd Taylor
@@ -96,22 +97,21 @@ MXMOE_HD float sigmoid_f32(float x) { return 1.0f / add32(1.0f, exp_f32(-x)); }
 /// (tanh.approx would cost ~1e-2 through the same branch, SPEC §6.) 2*s is exact, so
 /// fma or not gives the same bits.
 MXMOE_HD float tanh_f32(float z) {
-  if (fabsf(z) < 0.55f) {
-    const float z2 = mul32(z, z);
-    float p = 6404582.0f / 10854718875.0f;
-    p = fma32(p, z2, -929569.0f / 638512875.0f);
-    p = fma32(p, z2, 21844.0f / 6081075.0f);
-    p = fma32(p, z2, -1382.0f / 155925.0f);
-    p = fma32(p, z2, 62.0f / 2835.0f);
-    p = fma32(p, z2, -17.0f / 315.0f);
-    p = fma32(p, z2, 2.0f / 15.0f);
-    p = fma32(p, z2, -1.0f / 3.0f);
-    return fma32(mul32(z, z2), p, z);
-  }
-  return fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f);
+  // Both forms are evaluated and one selected (branch-free, see exp_f32).
+  const float z2 = mul32(z, z);
+  float p = 6404582.0f / 10854718875.0f;
+  p = fma32(p, z2, -929569.0f / 638512875.0f);
+  p = fma32(p, z2, 21844.0f / 6081075.0f);
+  p = fma32(p, z2, -1382.0f / 155925.0f);
+  p = fma32(p, z2, 62.0f / 2835.0f);
+  p = fma32(p, z2, -17.0f / 315.0f);
+  p = fma32(p, z2, 2.0f / 15.0f);
+  p = fma32(p, z2, -1.0f / 3.0f);
+  const float small = fma32(mul32(z, z2), p, z);
+  const float large = fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f);
+  return fabsf(z) < 0.55f ? small : large;
 }
 
-/// SiTU: alpha*tanh(g/alpha)*sigmoid(g) * beta*tanh(u/beta).
 MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
   const float gate = mul32(mul32(alpha, tanh_f32(g / alpha)), sigmoid_f32(g));
   const float up = mul32(beta, tanh_f32(u / beta));
