@@ -27,6 +27,10 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#endif
+
+#if defined(__CUDACC__)
 #define MXMOE_HD __host__ __device__ __forceinline__
 #else
 #define MXMOE_HD inline
@@ -125,8 +129,10 @@ MXMOE_HD float e4m3_to_float(uint8_t code) {
                        : bits_float(((e + 120u) << 23) | (m << 20));  // (1+m/8) * 2^(e-7)
   return neg ? -mag : mag;
 }
-/// float -> E4M3 code, RNE, saturating to ±448 (±Inf included); NaN -> NaN code.
-MXMOE_HD uint8_t float_to_e4m3(float x) {
+/// float -> E4M3 code, RNE, saturating to ±448 (±Inf included); NaN -> NaN code
+/// (sign kept). The definition; float_to_e4m3 is the same function, on sm_89+ devices by
+/// the hardware conversion (checked equal for every float in tests/gpu/test_engine.cu).
+MXMOE_HD uint8_t float_to_e4m3_sw(float x) {
   const uint32_t u = float_bits(x);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
   if (is_nan(x)) return sign | kE4m3Nan;
@@ -149,6 +155,16 @@ MXMOE_HD uint8_t float_to_e4m3(float x) {
   if (code > 0x7E) code = 0x7E;  // rounding past 448 saturates
   return sign | static_cast<uint8_t>(code);
 }
+MXMOE_HD uint8_t float_to_e4m3(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  // cvt.rn.satfinite.e4m3x2.f32: RNE, +-448 on overflow and for +-Inf; NaN separately so
+  // its sign is kept as float_to_e4m3_sw keeps it.
+  if (is_nan(x)) return static_cast<uint8_t>(((float_bits(x) >> 24) & 0x80u) | kE4m3Nan);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+#else
+  return float_to_e4m3_sw(x);
+#endif
+}
 
 // ---------------------------------------------------------------- MX blocks
 /// Scale exponent s (scale = 2^s, byte = s + 127) for a block with max |x| = amax
@@ -156,16 +172,24 @@ MXMOE_HD uint8_t float_to_e4m3(float x) {
 MXMOE_HD uint8_t mx_scale_byte(float amax, float max_elem, int emax_elem, ScaleRule rule) {
   if (!(amax > 0.0f)) return 0;     // zero (or empty / all-NaN) block
   if (is_inf(amax)) return 0xFE;    // (block_amax never gives Inf) never the NaN byte
-  int e;
-  frexpf(amax, &e);                 // amax = f * 2^e, f in [0.5, 1): floor(log2 amax) = e - 1
-  int s;
-  if (rule == ScaleRule::Floor) {
-    s = (e - 1) - emax_elem;
-  } else {
-    // smallest s with amax <= max_elem * 2^s; max_elem * 2^s is exact in double.
-    s = (e - 1) - emax_elem - 1;
-    while (static_cast<double>(amax) > ldexp(static_cast<double>(max_elem), s)) ++s;
+  // amax = 1.m * 2^E exactly (subnormals normalized): floor(log2 amax) = E. Integer
+  // arithmetic only (GPU epilogues run this per token and block).
+  const uint32_t u = float_bits(amax);
+  int E = static_cast<int>(u >> 23) - 127;
+  uint32_t mant = u & 0x7fffffu;
+  if ((u >> 23) == 0) {  // subnormal: shift the leading one up to bit 23
+#if defined(__CUDA_ARCH__)
+    const int p = __clz(mant) - 8;
+#else
+    const int p = __builtin_clz(mant) - 8;
+#endif
+    mant = (mant << p) & 0x7fffffu;
+    E = -126 - p;
   }
+  int s = E - emax_elem;  // "floor": floor(log2 amax) - emax_elem
+  // Round up: the smallest s with amax <= max_elem * 2^s. With max_elem = 1.n * 2^emax,
+  // that is E - emax when 1.m <= 1.n, else one more (1.m < 2 <= 2 * 1.n).
+  if (rule != ScaleRule::Floor && mant > (float_bits(max_elem) & 0x7fffffu)) ++s;
   if (s < -127) s = -127;
   if (s > 127) s = 127;
   return static_cast<uint8_t>(s + 127);

@@ -6,6 +6,7 @@
 // smallest power of two in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -333,6 +334,33 @@ TEST(ScaleRule, FloorWorkedExamplesDifferFromRoundUp) {
   EXPECT_EQ(fl8(500.0f), 127);
   EXPECT_EQ(up8(1.0f), 119);
   EXPECT_EQ(fl8(1.0f), 119);
+}
+
+// mx_scale_byte uses integer arithmetic; the definition it must equal: floor(log2 amax)
+// from frexp, then (round-up) the smallest s with amax <= max_elem * 2^s in double.
+TEST(ScaleRule, IntegerFormEqualsFrexpDefinitionOnSampledFloats) {
+  const auto oracle = [](float amax, float max_elem, int emax, ScaleRule rule) -> int {
+    if (!(amax > 0.0f)) return 0;
+    if (std::isinf(amax)) return 0xFE;
+    int e;
+    std::frexp(amax, &e);
+    int s = (e - 1) - emax;
+    if (rule == ScaleRule::RoundUp) {
+      s -= 1;
+      while (static_cast<double>(amax) > std::ldexp(static_cast<double>(max_elem), s)) ++s;
+    }
+    return std::clamp(s, -127, 127) + 127;
+  };
+  int64_t bad = 0;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {  // every exponent, sign and range
+    const float x = from_bits(static_cast<uint32_t>(u));
+    for (ScaleRule r : {ScaleRule::RoundUp, ScaleRule::Floor}) {
+      bad += fmt::mx_scale_byte(x, 448.0f, 8, r) != oracle(x, 448.0f, 8, r);
+      bad += fmt::mx_scale_byte(x, 6.0f, 2, r) != oracle(x, 6.0f, 2, r);
+      bad += fmt::mx_scale_byte(x, 0.5f, -1, r) != oracle(x, 0.5f, -1, r);
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(ScaleRule, ZeroInfTinyAndHugeAmax) {

@@ -383,6 +383,25 @@ Routing random_routing(int64_t M, int64_t k, const std::vector<int32_t>& used, u
   return r;
 }
 
+// ---------------------------------------------------------------- E4M3 rounding
+
+__global__ void e4m3_all_floats_kernel(uint32_t hi, unsigned long long* mismatches) {
+  const uint32_t u = (hi << 24) | (blockIdx.x * blockDim.x + threadIdx.x);
+  const float x = fmt::bits_float(u);
+  if (fmt::float_to_e4m3(x) != fmt::float_to_e4m3_sw(x)) atomicAdd(mismatches, 1ull);
+}
+
+// The device's float_to_e4m3 (the hardware conversion on sm_89+) against the formats.h
+// definition, for every one of the 2^32 floats (NaNs, infinities, subnormals, ties).
+TEST(Formats, DeviceE4m3ConversionEqualsDefinitionForEveryFloat) {
+  REQUIRE_GPU();
+  Dev<unsigned long long> bad(1);
+  cudaMemset(bad.p, 0, sizeof(unsigned long long));
+  for (uint32_t hi = 0; hi < 256; ++hi) e4m3_all_floats_kernel<<<(1u << 24) / 256, 256>>>(hi, bad.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(bad.down()[0], 0ull);
+}
+
 // ---------------------------------------------------------------- prefill operands
 
 __global__ void fp4_bf16_kernel(const uint32_t* words, int nwords, uint32_t* out) {
