@@ -53,9 +53,11 @@ if has run; then
   note "mxmoe run (main job)" "rc=$? $(last_line "$O/run.log" 'passed')"
 fi
 if has bench; then
-  timeout 200 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32,128,512 --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
+  # Decode (M <= 32) and prefill (M >= 128, issue 5) cases, the baseline in the same run.
+  tokens=1,2,4,8,16,32,64,128,512,1024,4096,16384
+  timeout 300 python3 bench/torch_baseline.py --tokens $tokens --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
   note "torch baseline" "rc=$?"
-  timeout 300 "$B"/mxmoe bench --tokens 1,2,4,8,16,32,128,512 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
+  timeout 300 "$B"/mxmoe bench --tokens $tokens --iterations 20 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
   note "mxmoe bench" "rc=$?"
 fi
 if has sanitize; then
@@ -68,6 +70,9 @@ if has sanitize; then
     for t in $bins; do
       filter=""
       [ "$t" = test_suite_cuda ] && filter="--gtest_filter=-*kimi_real*"
+      # (the E4M3 check launches 2^32 threads: minutes under a sanitizer, no memory access
+      # worth checking)
+      [ "$t" = test_engine ] && filter="--gtest_filter=-Formats.DeviceE4m3*"
       timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/$t" --gtest_brief=1 $filter \
         > "$O/sanitizer_${tool}_$t.log" 2>&1
       note "sanitizer $tool $t" "rc=$? $(last_line "$O/sanitizer_${tool}_$t.log" 'SUMMARY|FAILED')"
@@ -86,7 +91,7 @@ if has python; then
   PYTHONPATH=/tmp/mxmoe_py timeout 120 python3 examples/kimi_k3_layer.py > "$O/example.log" 2>&1
   note "examples/kimi_k3_layer.py" "rc=$? $(tail -1 "$O/example.log")"
 fi
-[ -f "$O/bench.log" ] && tail -20 "$O/bench.log"
+[ -f "$O/bench.log" ] && tail -28 "$O/bench.log"
 printf '%s\n' "${summary[@]}" | tee "$O/summary.txt"
 mkdir -p "$OUT_DIR"
 cp "$O/summary.txt" "$OUT_DIR/"

@@ -259,9 +259,13 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
   const float* s_back = s_amax + kPfAmaxFloats + wg * kPfTokens;  // ring.back[wg]
   named_barrier_sync(barrier, 128);  // s_back (copied by the whole warpgroup) is complete
+  // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
+  // group skip the same ones): at small M most of a tile is padding.
+  const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
   // Pass 1: activations into acc_g; the per-token amax of this warp's 16 columns.
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= rows_left) break;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const float back = s_back[8 * j + 2 * t + c];
@@ -286,10 +290,12 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
         if (g == 0) s_amax[(wg * 4 + warp) * kPfTokens + 8 * j + 2 * t + c] = amax;
       }
     }
+  }
   if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
   // Pass 2: quantize and store.
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= rows_left) break;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int n = 8 * j + 2 * t + c;
@@ -313,6 +319,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
         for (int h = 0; h < 2; ++h) o[8 * h + g] = fmt::float_to_bf16(acc_g[4 * j + 2 * h + c]);
       }
     }
+  }
   named_barrier_sync(barrier, 128);  // s_amax and s_back are rewritten for the next tile
 }
 #endif

@@ -120,8 +120,10 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 /// persistent warp-specialized kernel over (expert, 128-token tile, 256-row block) tiles.
 /// Used from this many tokens on, on sm_90 devices, when every weight scale byte is at
 /// most kPrefillMaxWeightScale (fp4x8_to_bf16_scaled's exact range; real checkpoints sit
-/// far below: |w| <= 12). Otherwise the decode or generic path.
-inline constexpr int64_t kPrefillMinTokens = 128;
+/// far below: |w| <= 12). Otherwise the decode or generic path. Measured on the H200
+/// (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill path: M=32 968 / 564,
+/// M=48 1232 / 588, M=64 1691 / 629, M=96 2124 / 792; M=16 480 on the decode path.
+inline constexpr int64_t kPrefillMinTokens = 32;
 inline constexpr uint8_t kPrefillMaxWeightScale = 128;
 inline bool use_prefill(int64_t tokens, bool capable) {
   return capable && tokens >= kPrefillMinTokens;

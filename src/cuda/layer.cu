@@ -582,6 +582,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     si.flag_bit = kInexactInter;
     launch_stage_bf16(si, st);
     g2.prefill = true;
+    g2.splits = 1;  // the decode path's split reduction (WorkspaceLayout) does not apply
+    g2.back = nullptr;
     g2.ib = si.dst;
     g2.ib_stride = si.stride;
     g2.ib_back = si.back;
