@@ -235,7 +235,10 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
       // After this wait at b = 1 every group of the previous chunk is done: its stage
       // goes back to the producer.
       wgmma_wait<1>();
-      if (b == 1 && kc > 0 && lane == 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+      if (b == 1 && kc > 0) {
+        __syncwarp();  // every lane's reads of the stage happen before lane 0's release
+        if (lane == 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+      }
       uint32_t fa[2][4], fb[2][4];
       pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu,
                  (sa >> (16 * b + 8)) & 0xFFu, fa);
@@ -252,6 +255,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     }
   }
   wgmma_wait<0>();
+  __syncwarp();
   if (lane == 0) mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
   chunk += kc_count;
 }
