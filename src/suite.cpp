@@ -315,23 +315,27 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
       c.router.top_k = c.cfg.top_k;
       add(c);
     }
-    for (Hazard h : {Hazard::InfToken, Hazard::NaNToken, Hazard::NaNWeightBlock}) {
-      SuiteCase c;
-      c.cfg = small_config(Activation::SiTU);
-      c.tokens = 8;
-      c.hazard = h;
-      if (h == Hazard::InfToken) {
-        c.name = "mxfp8-inf-saturation-m8";
-        c.what = "±Inf in token 0 saturates to ±448 at its block's scale: all rows finite";
-      } else if (h == Hazard::NaNToken) {
-        c.name = "mxfp8-nan-row-m8";
-        c.what = "NaN in token 1 reaches only token 1's output row";
-      } else {
-        c.name = "mxfp4-nan-scale-block-m8";
-        c.what = "a 0xFF weight scale in local expert 0 reaches only rows routed to it";
+    // M = 8 runs the GPU decode path, M = 64 the sm_90 prefill path (staged BF16 operands;
+    // a 0xFF weight scale keeps that layer off the prefill path).
+    for (int64_t m : {8, 64})
+      for (Hazard h : {Hazard::InfToken, Hazard::NaNToken, Hazard::NaNWeightBlock}) {
+        SuiteCase c;
+        c.cfg = small_config(Activation::SiTU);
+        c.tokens = m;
+        c.hazard = h;
+        const std::string ms = "-m" + std::to_string(m);
+        if (h == Hazard::InfToken) {
+          c.name = "mxfp8-inf-saturation" + ms;
+          c.what = "±Inf in token 0 saturates to ±448 at its block's scale: all rows finite";
+        } else if (h == Hazard::NaNToken) {
+          c.name = "mxfp8-nan-row" + ms;
+          c.what = "NaN in token 1 reaches only token 1's output row";
+        } else {
+          c.name = "mxfp4-nan-scale-block" + ms;
+          c.what = "a 0xFF weight scale in local expert 0 reaches only rows routed to it";
+        }
+        add(c);
       }
-      add(c);
-    }
   }
   if (suite != "smoke") {
     for (Activation a : {Activation::SiTU, Activation::SwiGLU_OAI}) {
