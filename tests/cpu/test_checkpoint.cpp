@@ -21,10 +21,13 @@
 #include "mxmoe/layout.h"
 #include "mxmoe/reference.h"
 #include "mxmoe/safetensors.h"
+#include "../expect_invalid.h"
 
 using namespace mxmoe;
 
 namespace {
+
+using mxmoe_test::expect_invalid;
 
 std::string temp_path(const std::string& name) {
   return testing::TempDir() + "mxmoe_ckpt_" + std::to_string(::getpid()) + "_" + name;
@@ -132,17 +135,6 @@ void expect_format_error(Fn fn, const std::vector<std::string>& needles) {
     ADD_FAILURE() << "expected FormatError, got: " << e.what();
   }
 }
-template <typename Fn>
-void expect_invalid_argument(Fn fn, const std::string& argument) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected InvalidArgument naming '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InvalidArgument(" << argument << "), got: " << e.what();
-  }
-}
 
 LoadOptions opts(int64_t layer, int64_t ep_size = 1, int64_t ep_rank = 0) {
   LoadOptions o;
@@ -213,9 +205,9 @@ TEST(SyntheticLayer, EpRankSliceEqualsTheSameExpertsOfTheFullLayer) {
 TEST(SyntheticLayer, RejectsShapesThatAreNotMxBlocks) {
   MoeConfig c = config_of(small_spec(CheckpointFormat::KimiK3, false));
   c.hidden = 100;
-  expect_invalid_argument([&] { make_synthetic_layer(c, 1); }, "config.hidden");
+  expect_invalid([&] { make_synthetic_layer(c, 1); }, "config.hidden");
   c = config_of(small_spec(CheckpointFormat::KimiK3, false), 3, 0);
-  expect_invalid_argument([&] { make_synthetic_layer(c, 1); }, "config.ep_size");
+  expect_invalid([&] { make_synthetic_layer(c, 1); }, "config.ep_size");
 }
 
 TEST(SyntheticActivations, GaussianBf16DeterministicFromSeed) {
@@ -236,7 +228,7 @@ TEST(SyntheticActivations, GaussianBf16DeterministicFromSeed) {
   const double n = double(a.bf16.size());
   EXPECT_NEAR(sum / n, 0.0, 0.06);
   EXPECT_NEAR(std::sqrt(ss / n), 1.0, 0.05);
-  expect_invalid_argument([] { make_activations(-1, 256, 1); }, "tokens");
+  expect_invalid([] { make_activations(-1, 256, 1); }, "tokens");
 }
 
 // ---------------------------------------------------------------- load == generate
@@ -399,7 +391,7 @@ TEST(CheckpointConvert, GptOssWithBiasRoundTripsAndRefusesKimi) {
   const LoadedLayer g = load_checkpoint(p1, opts(3));
   write_checkpoint(p2, g, CheckpointFormat::GptOss, "", 3);
   EXPECT_EQ(read_all(p1), read_all(p2));
-  expect_invalid_argument([&] { write_checkpoint(pk, g, CheckpointFormat::KimiK3, "", 3); }, "format");
+  expect_invalid([&] { write_checkpoint(pk, g, CheckpointFormat::KimiK3, "", 3); }, "format");
   EXPECT_TRUE(read_all(pk).empty()) << "nothing is written on error";
   // Biases that are not BF16 values are kept exactly, as F32.
   LoadedLayer h = g;
@@ -416,7 +408,7 @@ TEST(CheckpointConvert, WritingAnEpSliceIsRejected) {
   const std::string p = temp_path("slice"), q = temp_path("slice_out");
   write_synthetic_checkpoint(p, s);
   const LoadedLayer r = load_checkpoint(p, opts(3, 2, 1));
-  expect_invalid_argument([&] { write_checkpoint(q, r, CheckpointFormat::GptOss, "", 3); }, "layer");
+  expect_invalid([&] { write_checkpoint(q, r, CheckpointFormat::GptOss, "", 3); }, "layer");
   EXPECT_TRUE(read_all(q).empty());
   std::remove(p.c_str());
 }
@@ -538,12 +530,12 @@ TEST_F(CheckpointErrors, WrongLayerOrPrefixListsWhatTheFileHolds) {
 }
 
 TEST_F(CheckpointErrors, BadEpOptionsNameTheOption) {
-  expect_invalid_argument([&] { load_checkpoint(kimi_, opts(3, 3, 0)); }, "ep_size");  // 3 does not divide 8
-  expect_invalid_argument([&] { load_checkpoint(kimi_, opts(3, 0, 0)); }, "ep_size");
-  expect_invalid_argument([&] { load_checkpoint(kimi_, opts(3, 4, 4)); }, "ep_rank");
-  expect_invalid_argument([&] { load_checkpoint(kimi_, opts(3, 4, -1)); }, "ep_rank");
-  expect_invalid_argument([&] { load_checkpoint(gpt_, opts(3, 16, 0)); }, "ep_size");
-  expect_invalid_argument([&] { load_checkpoint(kimi_, opts(-1)); }, "layer");
+  expect_invalid([&] { load_checkpoint(kimi_, opts(3, 3, 0)); }, "ep_size");  // 3 does not divide 8
+  expect_invalid([&] { load_checkpoint(kimi_, opts(3, 0, 0)); }, "ep_size");
+  expect_invalid([&] { load_checkpoint(kimi_, opts(3, 4, 4)); }, "ep_rank");
+  expect_invalid([&] { load_checkpoint(kimi_, opts(3, 4, -1)); }, "ep_rank");
+  expect_invalid([&] { load_checkpoint(gpt_, opts(3, 16, 0)); }, "ep_size");
+  expect_invalid([&] { load_checkpoint(kimi_, opts(-1)); }, "layer");
 }
 
 TEST_F(CheckpointErrors, NotASafetensorsFileIsAFormatError) {
@@ -583,17 +575,17 @@ TEST(CheckpointSpec, MetadataParsingAndSpecValidation) {
   EXPECT_EQ(parse_checkpoint_format("kimi"), CheckpointFormat::KimiK3);
   EXPECT_EQ(parse_checkpoint_format("gpt-oss"), CheckpointFormat::GptOss);
   EXPECT_STREQ(to_string(CheckpointFormat::GptOss), "gpt-oss");
-  expect_invalid_argument([] { parse_checkpoint_format("mixtral"); }, "format");
+  expect_invalid([] { parse_checkpoint_format("mixtral"); }, "format");
 
   const std::string p = temp_path("never");
   SyntheticSpec bad = small_spec(CheckpointFormat::KimiK3, true);
-  expect_invalid_argument([&] { write_synthetic_checkpoint(p, bad); }, "with_bias");
+  expect_invalid([&] { write_synthetic_checkpoint(p, bad); }, "with_bias");
   bad = small_spec(CheckpointFormat::KimiK3, false);
   bad.intermediate = 100;
-  expect_invalid_argument([&] { write_synthetic_checkpoint(p, bad); }, "intermediate");
+  expect_invalid([&] { write_synthetic_checkpoint(p, bad); }, "intermediate");
   bad = small_spec(CheckpointFormat::KimiK3, false);
   bad.top_k = 9;
-  expect_invalid_argument([&] { write_synthetic_checkpoint(p, bad); }, "top_k");
+  expect_invalid([&] { write_synthetic_checkpoint(p, bad); }, "top_k");
   EXPECT_TRUE(read_all(p).empty());
 }
 

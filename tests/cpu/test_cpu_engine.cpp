@@ -23,9 +23,12 @@
 #include "mxmoe/layout.h"
 #include "mxmoe/random.h"
 #include "mxmoe/reference.h"
+#include "../expect_invalid.h"
 
 namespace mxmoe {
 namespace {
+
+using mxmoe_test::expect_invalid;
 
 struct Case {
   MoeConfig cfg;
@@ -359,16 +362,6 @@ TEST(CpuEngine, TokensWithoutLocalExpertsGetZeroRows) {
   int64_t nz = 0;
   for (int64_t k = 0; k < 64; ++k) nz += out.bf16[k] != 0;
   EXPECT_GT(nz, 32);
-}
-
-template <typename F>
-void expect_invalid(F&& f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception, expected InvalidArgument(" << argument << ")";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
 }
 
 TEST(CpuEngine, RejectsBadInputsWithoutWritingOutputs) {

@@ -18,9 +18,12 @@
 #include "mxmoe/layout.h"
 #include "mxmoe/random.h"
 #include "mxmoe/reference.h"
+#include "../expect_invalid.h"
 
 namespace mxmoe {
 namespace {
+
+using mxmoe_test::expect_invalid;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -445,16 +448,6 @@ TEST(Reference, IdealOnExactlyRepresentableWeightsMatchesNaiveUnrounded) {
     const Comparison cmp = compare_outputs(ref64, ideal, c.routing.tokens, K, 0, 0);
     EXPECT_GT(cmp.max_row_rel_l2, 0.0);  // the intermediate rounding is really mirrored
     EXPECT_LT(cmp.max_row_rel_l2, 1e-2);
-  }
-}
-
-template <typename F>
-void expect_invalid(F&& f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception, expected InvalidArgument(" << argument << ")";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
   }
 }
 

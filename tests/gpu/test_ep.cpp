@@ -32,8 +32,11 @@
 #include "mxmoe/random.h"
 #include "mxmoe/reference.h"
 #include "mxmoe/suite.h"
+#include "../expect_invalid.h"
 
 namespace {
+
+using mxmoe_test::expect_invalid;
 
 using namespace mxmoe;
 
@@ -59,16 +62,6 @@ constexpr int kSkipCode = 77;  // a rank found fewer GPUs than ranks
     if (rc_ == kSkipCode) GTEST_SKIP() << "needs " << (ranks) << " GPUs (found fewer): EP over NCCL"; \
     EXPECT_EQ(rc_, 0) << "a rank failed; its messages are above";                              \
   } while (0)
-
-template <typename F>
-void expect_invalid(F f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no InvalidArgument for " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
 
 // ------------------------------------------------------------------ the problem
 struct Problem {

@@ -13,8 +13,11 @@
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
 #include "mxmoe/reference.h"
+#include "../expect_invalid.h"
 
 namespace {
+
+using mxmoe_test::expect_invalid;
 
 using namespace mxmoe;
 
@@ -26,16 +29,6 @@ MoeConfig small_cfg(int64_t experts = 8, int64_t top_k = 2, int64_t ep_size = 1)
   c.intermediate = 32;
   c.ep_size = ep_size;
   return c;
-}
-
-template <typename F>
-void expect_invalid(F f, const std::string& argument) {
-  try {
-    f();
-    ADD_FAILURE() << "no InvalidArgument for " << argument;
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
 }
 
 template <typename F>
