@@ -115,6 +115,13 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // ---------------------------------------------------------------- wgmma (sm_90a)
+/// Pins the accumulators here: a volatile asm that reads and rewrites them, so the
+/// compiler cannot move their uses above an earlier wgmma_wait (wgmma writes them
+/// asynchronously, which the compiler does not know).
+__device__ __forceinline__ void acc_fence(float (&acc)[64]) {
+#pragma unroll
+  for (int j = 0; j < 64; ++j) asm volatile("" : "+f"(acc[j])::"memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");

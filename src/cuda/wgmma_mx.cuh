@@ -231,11 +231,13 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     const uint64_t desc = smem_desc_k128(st);
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
-      // The fragments written below fed the group before the last one: wait for it.
-      // After this wait at b = 1 every group of the previous chunk is done: its stage
-      // goes back to the producer.
-      wgmma_wait<1>();
-      if (b == 1 && kc > 0) {
+      // Every earlier group is retired before the fragments are rewritten: with one
+      // group left in flight (wait_group 1) ptxas serializes every wgmma (C7513), as it
+      // cannot tell which group still reads the registers being written. The other
+      // consumer warpgroup's wgmmas fill the tensor cores during this one's decode.
+      // After the wait at b = 0 the previous chunk's stage goes back to the producer.
+      wgmma_wait<0>();
+      if (b == 0 && kc > 0) {
         __syncwarp();  // every lane's reads of the stage happen before lane 0's release
         if (lane == 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
       }
@@ -255,6 +257,8 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     }
   }
   wgmma_wait<0>();
+  acc_fence(acc_a);
+  acc_fence(acc_b);
   __syncwarp();
   if (lane == 0) mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
   chunk += kc_count;
