@@ -89,7 +89,7 @@ struct PfOperands {
 struct PfRing {
   uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
   uint64_t* full;    // [kPfStages]: 128 producer arrivals
-  uint64_t* empty;   // [kPfStages]: 8 consumer-warp arrivals
+  uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
   float* back;       // [2][kPfTokens]: each consumer's copy of its tile's range factors
 };
@@ -110,7 +110,7 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPfStages; ++s) {
       mbar_init(&r.full[s], 128);
-      mbar_init(&r.empty[s], 8);
+      mbar_init(&r.empty[s], 256);  // every consumer thread releases its own reads
     }
   }
   __syncthreads();
@@ -238,8 +238,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
       // After the wait at b = 0 the previous chunk's stage goes back to the producer.
       wgmma_wait<0>();
       if (b == 0 && kc > 0) {
-        __syncwarp();  // every lane's reads of the stage happen before lane 0's release
-        if (lane == 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+        mbar_arrive(&ring.empty[(n - 1) % kPfStages]);  // each thread's own reads
       }
       uint32_t fa[2][4], fb[2][4];
       pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu,
@@ -259,8 +258,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
   wgmma_wait<0>();
   acc_fence(acc_a);
   acc_fence(acc_b);
-  __syncwarp();
-  if (lane == 0) mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
+  mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
   chunk += kc_count;
 }
 
