@@ -130,14 +130,22 @@ MXMOE_HD float swiglu_oai_f32(float g, float u, float alpha, float beta, float l
 /// SiLU-gated: g*sigmoid(g)*u.
 MXMOE_HD float silu_gated_f32(float g, float u) { return mul32(mul32(g, sigmoid_f32(g)), u); }
 
-/// Dispatch on the activation kind (the integer value of mxmoe::Activation:
-/// 0 SiTU, 1 SwiGLU_OAI, 2 SiLU_Gated).
+/// The activation of kind kKind (the integer value of mxmoe::Activation: 0 SiTU,
+/// 1 SwiGLU_OAI, 2 SiLU_Gated), for epilogues that dispatch once outside their loops.
+template <int kKind>
+MXMOE_HD float gated_activation_t(float g, float u, float alpha, float beta, float limit) {
+  if constexpr (kKind == 0) return situ_f32(g, u, alpha, beta);
+  else if constexpr (kKind == 1) return swiglu_oai_f32(g, u, alpha, beta, limit);
+  else return silu_gated_f32(g, u);
+}
+
+/// Dispatch on the activation kind (as above; any other value is SiLU_Gated).
 MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
                                     float limit) {
   switch (kind) {
-    case 0: return situ_f32(g, u, alpha, beta);
-    case 1: return swiglu_oai_f32(g, u, alpha, beta, limit);
-    default: return silu_gated_f32(g, u);
+    case 0: return gated_activation_t<0>(g, u, alpha, beta, limit);
+    case 1: return gated_activation_t<1>(g, u, alpha, beta, limit);
+    default: return gated_activation_t<2>(g, u, alpha, beta, limit);
   }
 }
 

@@ -242,11 +242,30 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // 32 rg + 16 (w % 2) + 8 h + g, rg = 4 rb + 2 wg + w / 2: the activation is computed in
 // registers; for MXFP8 the amax of a token's 32 columns (its row group) spans warps w
 // and w ^ 1: each reduces its 16 over g by shuffles, and the pair meets in shared memory.
+//
+// Pass 1 (the activations) is a rolled loop over the 16 blocks of 8 tokens. Fully
+// unrolled it was 64 activations of straight-line code (about 21k instructions, 330 KB)
+// run once per tile, so the warps stalled on instruction fetch. Registers cannot be
+// indexed at run time, so the accumulators rotate instead: the two blocks an iteration
+// works on always sit in slots 0..7, and after the 8 iterations acc_g is back in place,
+// holding the activations (acc_u is spent).
 #if defined(MXMOE_SM90A)
-template <bool kFp8Inter>
+template <int kBlocks>
+__device__ __forceinline__ void rotate_down(float (&a)[64]) {
+  float first[4 * kBlocks];
+#pragma unroll
+  for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[i];
+#pragma unroll
+  for (int i = 0; i + 4 * kBlocks < 64; ++i) a[i] = a[i + 4 * kBlocks];
+#pragma unroll
+  for (int i = 0; i < 4 * kBlocks; ++i) a[64 - 4 * kBlocks + i] = first[i];
+}
+
+template <bool kFp8Inter, int kAct>
 __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (&acc_g)[64],
-                                                   const float (&acc_u)[64], const PfTile& tile,
+                                                   float (&acc_u)[64], const PfTile& tile,
                                                    int wg, float* s_amax) {
+  constexpr int kStep = 2;  // token blocks per iteration of pass 1
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3, half = warp & 1;
   const int rg = tile.rb * kPfRowGroups + 2 * wg + (warp >> 1);
@@ -256,43 +275,57 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   const int kbN = static_cast<int>(N / kMxBlock);
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
+  float bias_g[2] = {0.0f, 0.0f}, bias_u[2] = {0.0f, 0.0f};
+  if (bias) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      bias_g[h] = bias[16 * half + 8 * h + g];
+      bias_u[h] = bias[32 + 16 * half + 8 * h + g];
+    }
+  }
   const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
   const float* s_back = s_amax + kPfAmaxFloats + wg * kPfTokens;  // ring.back[wg]
+  float* s_amax_w = s_amax + (wg * 4 + warp) * kPfTokens;
   named_barrier_sync(barrier, 128);  // s_back (copied by the whole warpgroup) is complete
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
   const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
-  // Pass 1: activations into acc_g; the per-token amax of this warp's 16 columns.
+#pragma unroll 1
+  for (int j0 = 0; j0 < 16; j0 += kStep) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    if (8 * j >= rows_left) break;
+    for (int jj = 0; jj < kStep; ++jj) {
+      const int j = j0 + jj;
+      if (8 * j >= rows_left) continue;
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const float back = s_back[8 * j + 2 * t + c];
-      float amax = 0.0f;
+      for (int c = 0; c < 2; ++c) {
+        const float back = s_back[8 * j + 2 * t + c];
+        float amax = 0.0f;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int lr = 16 * half + 8 * h + g;
-        float gate = acc_g[4 * j + 2 * h + c] * back;
-        float up = acc_u[4 * j + 2 * h + c] * back;
-        if (bias) {
-          gate = gate + bias[lr];
-          up = up + bias[32 + lr];
+        for (int h = 0; h < 2; ++h) {
+          const int slot = 4 * jj + 2 * h + c;
+          float gate = acc_g[slot] * back;
+          float up = acc_u[slot] * back;
+          if (bias) {
+            gate = gate + bias_g[h];
+            up = up + bias_u[h];
+          }
+          const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+          acc_g[slot] = v;
+          amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
         }
-        const float v = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
-        acc_g[4 * j + 2 * h + c] = v;
-        amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
-      }
-      if constexpr (kFp8Inter) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-        if (g == 0) s_amax[(wg * 4 + warp) * kPfTokens + 8 * j + 2 * t + c] = amax;
+        if constexpr (kFp8Inter) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+          if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+        }
       }
     }
+    rotate_down<kStep>(acc_g);
+    rotate_down<kStep>(acc_u);  // only its first slots are read: a shift would do, same cost
   }
   if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
-  // Pass 2: quantize and store.
+  // Pass 2: quantize and store (a few instructions per value: unrolled).
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     if (8 * j >= rows_left) break;
@@ -303,8 +336,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
       const bool valid = rg_ok && row < count;
       const int64_t grow = off + row;
       if constexpr (kFp8Inter) {
-        const float amax = fmaxf(s_amax[(wg * 4 + warp) * kPfTokens + n],
-                                 s_amax[(wg * 4 + (warp ^ 1)) * kPfTokens + n]);
+        const float amax = fmaxf(s_amax_w[n], s_amax[(wg * 4 + (warp ^ 1)) * kPfTokens + n]);
         const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
         const float inv = fmt::mx_inv_scale(sb);
         if (valid) {
@@ -357,7 +389,13 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
     if (tile.e < 0) break;
     float acc_g[64], acc_u[64];
     pf_mainloop<true>(acc_g, acc_u, ring, chunk, o.kc_count, wg - 1);
-    pf_store_activated<kFp8Inter>(p, acc_g, acc_u, tile, wg - 1, ring.amax);
+    // One epilogue per activation kind, chosen here: the loop bodies stay free of the
+    // other kinds' code.
+    switch (p.activation) {
+      case 0: pf_store_activated<kFp8Inter, 0>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
+      case 1: pf_store_activated<kFp8Inter, 1>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
+      default: pf_store_activated<kFp8Inter, 2>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
+    }
   }
 #endif
 }
