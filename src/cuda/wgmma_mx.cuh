@@ -229,31 +229,34 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     const uint32_t sa = *reinterpret_cast<const uint32_t*>(st + soff_a);
     const uint32_t sb = *reinterpret_cast<const uint32_t*>(st + soff_b);
     const uint64_t desc = smem_desc_k128(st);
+    // One wgmma group per chunk (8 wgmmas, 512 tensor cycles of this warpgroup): the
+    // other consumer warpgroup's group runs while this one waits, releases and decodes,
+    // so that gap must stay under one group. (With a group per MX block, half as long,
+    // the tensor pipe idled ~46% of the time.) Every earlier group is retired before the
+    // fragments are rewritten: with a group left in flight (wait_group 1) ptxas
+    // serializes every wgmma (C7513), as it cannot tell which group still reads the
+    // registers being written. After the wait the previous chunk's stage goes back to
+    // the producer, each thread releasing its own reads.
+    wgmma_wait<0>();
+    if (kc > 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+    uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
-      // Every earlier group is retired before the fragments are rewritten: with one
-      // group left in flight (wait_group 1) ptxas serializes every wgmma (C7513), as it
-      // cannot tell which group still reads the registers being written. The other
-      // consumer warpgroup's wgmmas fill the tensor cores during this one's decode.
-      // After the wait at b = 0 the previous chunk's stage goes back to the producer.
-      wgmma_wait<0>();
-      if (b == 0 && kc > 0) {
-        mbar_arrive(&ring.empty[(n - 1) % kPfStages]);  // each thread's own reads
-      }
-      uint32_t fa[2][4], fb[2][4];
       pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu,
-                 (sa >> (16 * b + 8)) & 0xFFu, fa);
+                 (sa >> (16 * b + 8)) & 0xFFu, fa[b]);
       pf_a_frags(b ? wb.z : wb.x, b ? wb.w : wb.y, (sb >> (16 * b)) & 0xFFu,
-                 (sb >> (16 * b + 8)) & 0xFFu, fb);
-      wgmma_fence();
+                 (sb >> (16 * b + 8)) & 0xFFu, fb[b]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
 #pragma unroll
       for (int k16 = 0; k16 < 2; ++k16) {
         const uint64_t d = desc + static_cast<uint64_t>(((2 * b + k16) * 32) >> 4);
-        wgmma_m64n128k16_rs(acc_a, fa[k16], d);
-        wgmma_m64n128k16_rs(acc_b, fb[k16], d);
+        wgmma_m64n128k16_rs(acc_a, fa[b][k16], d);
+        wgmma_m64n128k16_rs(acc_b, fb[b][k16], d);
       }
-      wgmma_commit();
-    }
+    wgmma_commit();
   }
   wgmma_wait<0>();
   acc_fence(acc_a);
