@@ -361,42 +361,18 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
   extern __shared__ uint8_t pf_smem[];
-  const PfRing ring = pf_ring(pf_smem);
-  pf_init_barriers(ring);
-  PfOperands o;
-  o.w = p.w13.packed;
-  o.ws = reinterpret_cast<const uint4*>(p.w13.scale);
-  o.rg_count = p.w13.rg;
-  o.kc_count = p.w13.kc;
-  o.b = p.xb;
-  o.b_stride = p.xb_stride;
-  o.b_back = p.xb_back;
-  o.row_map = p.row_map;
-  o.top_k = static_cast<int>(p.top_k);
-  o.counts = p.counts;
-  o.offsets = p.offsets;
-  o.num_local = p.num_local;
-  const int wg = static_cast<int>(threadIdx.x) / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<56>();
-    pf_producer(o, ring);
-    return;
-  }
-  setmaxnreg_inc<224>();
-  uint32_t chunk = 0;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
-    if (tile.e < 0) break;
-    float acc_g[64], acc_u[64];
-    pf_mainloop<true>(acc_g, acc_u, ring, chunk, o.kc_count, wg - 1);
+  const PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
+                                   static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
+  pf_run<true>(o, pf_smem, [&](float (&acc_g)[64], float (&acc_u)[64], const PfTile& tile, int wg,
+                               const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.
     switch (p.activation) {
-      case 0: pf_store_activated<kFp8Inter, 0>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
-      case 1: pf_store_activated<kFp8Inter, 1>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
-      default: pf_store_activated<kFp8Inter, 2>(p, acc_g, acc_u, tile, wg - 1, ring.amax); break;
+      case 0: pf_store_activated<kFp8Inter, 0>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      case 1: pf_store_activated<kFp8Inter, 1>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      default: pf_store_activated<kFp8Inter, 2>(p, acc_g, acc_u, tile, wg, ring.amax); break;
     }
-  }
+  });
 #endif
 }
 

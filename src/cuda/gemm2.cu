@@ -230,39 +230,17 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
   extern __shared__ uint8_t pf_smem[];
-  const PfRing ring = pf_ring(pf_smem);
-  pf_init_barriers(ring);
-  PfOperands o;
-  o.w = p.w2.packed;
-  o.ws = reinterpret_cast<const uint4*>(p.w2.scale);
-  o.rg_count = p.w2.rg;
-  o.kc_count = p.w2.kc;
-  o.b = p.ib;
-  o.b_stride = p.ib_stride;
-  o.b_back = p.ib_back;
-  o.counts = p.counts;
-  o.offsets = p.offsets;
-  o.num_local = p.num_local;
-  const int wg = static_cast<int>(threadIdx.x) / 128;
-  if (wg == 0) {
-    setmaxnreg_dec<56>();
-    pf_producer(o, ring);
-    return;
-  }
-  setmaxnreg_inc<224>();
-  uint32_t chunk = 0;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
-    if (tile.e < 0) break;
-    float acc_a[64], acc_b[64];
-    pf_mainloop<false>(acc_a, acc_b, ring, chunk, o.kc_count, wg - 1);
-    const float* s_back = ring.back + (wg - 1) * kPfTokens;
-    named_barrier_sync(wg, 128);  // s_back (copied by the whole warpgroup) is complete
-    const int rg = tile.rb * kPfRowGroups + 2 * (wg - 1);
+  const PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
+                                   p.offsets, p.num_local);
+  pf_run<false>(o, pf_smem, [&](const float (&acc_a)[64], const float (&acc_b)[64], const PfTile& tile,
+                                int wg, const PfRing& ring) {
+    const float* s_back = ring.back + wg * kPfTokens;
+    named_barrier_sync(1 + wg, 128);  // s_back (copied by the whole warpgroup) is complete
+    const int rg = tile.rb * kPfRowGroups + 2 * wg;
     pf_store_y(p, acc_a, rg, tile, s_back);
     pf_store_y(p, acc_b, rg + 1, tile, s_back);
-    named_barrier_sync(wg, 128);  // s_back is rewritten for the next tile
-  }
+    named_barrier_sync(1 + wg, 128);  // s_back is rewritten for the next tile
+  });
 #endif
 }
 

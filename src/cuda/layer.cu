@@ -501,16 +501,11 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   StageBf16Params sx;
   if (prefill) {
     MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t), st));
-    sx.src = x;
-    sx.scale = xs;
-    sx.fp8 = x_fp8;
-    sx.rows = M;
-    sx.cols = K;
-    sx.stride = s.d13.kc * kKChunk;
-    sx.dst = reinterpret_cast<uint16_t*>(ws + L.xb);
-    sx.back = reinterpret_cast<float*>(ws + L.xb_back);
-    sx.flag = inexact;
-    sx.flag_bit = kInexactX;
+    sx = StageBf16Params{.src = x, .scale = xs, .fp8 = x_fp8, .rows = M, .cols = K,
+                         .stride = s.d13.kc * kKChunk,
+                         .dst = reinterpret_cast<uint16_t*>(ws + L.xb),
+                         .back = reinterpret_cast<float*>(ws + L.xb_back),
+                         .flag = inexact, .flag_bit = kInexactX};
     launch_stage_bf16(sx, st);
   }
   Gemm1Params g1;
@@ -568,18 +563,13 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.split_stride = M * k * K;
   g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
   if (prefill) {
-    StageBf16Params si;
-    si.src = g1.inter;
-    si.scale = g1.inter_scale;
-    si.fp8 = mid_fp8;
-    si.rows = M * k;
-    si.live_rows = pp.offsets + pp.num_local;  // routed rows in use
-    si.cols = N;
-    si.stride = s.d2.kc * kKChunk;
-    si.dst = reinterpret_cast<uint16_t*>(ws + L.ib);
-    si.back = reinterpret_cast<float*>(ws + L.ib_back);
-    si.flag = inexact;
-    si.flag_bit = kInexactInter;
+    const StageBf16Params si{.src = g1.inter, .scale = g1.inter_scale, .fp8 = mid_fp8,
+                             .rows = M * k,
+                             .live_rows = pp.offsets + pp.num_local,  // routed rows in use
+                             .cols = N, .stride = s.d2.kc * kKChunk,
+                             .dst = reinterpret_cast<uint16_t*>(ws + L.ib),
+                             .back = reinterpret_cast<float*>(ws + L.ib_back),
+                             .flag = inexact, .flag_bit = kInexactInter};
     launch_stage_bf16(si, st);
     g2.prefill = true;
     g2.splits = 1;  // the decode path's split reduction (WorkspaceLayout) does not apply

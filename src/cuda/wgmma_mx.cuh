@@ -85,6 +85,28 @@ struct PfOperands {
   __device__ int rb_count() const { return (rg_count + kPfRowGroups - 1) / kPfRowGroups; }
 };
 
+/// Operands of a prefill GEMM: weights `w`, staged BF16 rows `b` (`b_stride` elements
+/// apart, range factors `b_back`); row_map null for GEMM2 (B row = routed row).
+__host__ __device__ inline PfOperands pf_operands(const MatView& w, const uint16_t* b, int64_t b_stride,
+                                                  const float* b_back, const int32_t* row_map,
+                                                  int top_k, const int32_t* counts,
+                                                  const int32_t* offsets, int num_local) {
+  PfOperands o;
+  o.w = w.packed;
+  o.ws = reinterpret_cast<const uint4*>(w.scale);
+  o.rg_count = w.rg;
+  o.kc_count = w.kc;
+  o.b = b;
+  o.b_stride = b_stride;
+  o.b_back = b_back;
+  o.row_map = row_map;
+  o.top_k = top_k;
+  o.counts = counts;
+  o.offsets = offsets;
+  o.num_local = num_local;
+  return o;
+}
+
 /// The ring in dynamic shared memory.
 struct PfRing {
   uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
@@ -263,6 +285,30 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
   acc_fence(acc_b);
   mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
   chunk += kc_count;
+}
+
+/// Body of both prefill kernels: the ring, the producer warpgroup, and the consumers'
+/// tile loop, which hands each tile's accumulators to
+/// `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer warpgroup 0 or 1).
+template <bool kGated, class Epilogue>
+__device__ __forceinline__ void pf_run(const PfOperands& o, void* dyn_smem, Epilogue&& epilogue) {
+  const PfRing ring = pf_ring(dyn_smem);
+  pf_init_barriers(ring);
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<56>();
+    pf_producer(o, ring);
+    return;
+  }
+  setmaxnreg_inc<224>();
+  uint32_t chunk = 0;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    if (tile.e < 0) break;
+    float acc_a[64], acc_b[64];
+    pf_mainloop<kGated>(acc_a, acc_b, ring, chunk, o.kc_count, wg - 1);
+    epilogue(acc_a, acc_b, tile, wg - 1, ring);
+  }
 }
 
 #endif  // MXMOE_SM90A
