@@ -91,20 +91,10 @@ __host__ __device__ inline PfOperands pf_operands(const MatView& w, const uint16
                                                   const float* b_back, const int32_t* row_map,
                                                   int top_k, const int32_t* counts,
                                                   const int32_t* offsets, int num_local) {
-  PfOperands o;
-  o.w = w.packed;
-  o.ws = reinterpret_cast<const uint4*>(w.scale);
-  o.rg_count = w.rg;
-  o.kc_count = w.kc;
-  o.b = b;
-  o.b_stride = b_stride;
-  o.b_back = b_back;
-  o.row_map = row_map;
-  o.top_k = top_k;
-  o.counts = counts;
-  o.offsets = offsets;
-  o.num_local = num_local;
-  return o;
+  return PfOperands{.w = w.packed, .ws = reinterpret_cast<const uint4*>(w.scale),
+                    .rg_count = w.rg, .kc_count = w.kc, .b = b, .b_stride = b_stride,
+                    .b_back = b_back, .row_map = row_map, .top_k = top_k, .counts = counts,
+                    .offsets = offsets, .num_local = num_local};
 }
 
 /// The ring in dynamic shared memory.
