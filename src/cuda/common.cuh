@@ -1,5 +1,5 @@
-// common.cuh — error checking for every CUDA call and launch, and the current-device
-// guard, shared by src/cuda/*.cu and src/ep/*.cu.
+// common.cuh — error checking for every CUDA call and launch, the current-device
+// guards and the device-pointer check, shared by src/cuda/*.cu and src/ep/*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,5 +48,40 @@ struct DeviceGuard {
     if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
   }
 };
+
+/// DeviceGuard for destructors: never throws and ignores CUDA errors. Switches only when
+/// the current device is known and differs, and then restores it unconditionally.
+struct DeviceGuardNoThrow {
+  int prev = -1;  // -1: nothing to restore
+  explicit DeviceGuardNoThrow(int dev) noexcept {
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != dev)
+      cudaSetDevice(dev);
+    else
+      prev = -1;
+  }
+  ~DeviceGuardNoThrow() {
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+  DeviceGuardNoThrow(const DeviceGuardNoThrow&) = delete;
+  DeviceGuardNoThrow& operator=(const DeviceGuardNoThrow&) = delete;
+};
+
+/// Rejects pointers the driver knows are not usable on `dev` (plain host memory, another
+/// GPU). An inconclusive query is not an error: the kernels would fault visibly.
+inline void check_device_pointer(const void* p, const char* argument, int dev) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  MXMOE_CHECK_ARG(a.type != cudaMemoryTypeUnregistered, argument, "pointer ", p,
+                  " is not device memory (pageable host memory?)");
+  if (a.type == cudaMemoryTypeHost)
+    MXMOE_CHECK_ARG(a.devicePointer != nullptr, argument, "pointer ", p,
+                    " is host memory not mapped into the device");
+  if (a.type == cudaMemoryTypeDevice)
+    MXMOE_CHECK_ARG(a.device == dev, argument, "pointer ", p, " lives on device ", a.device,
+                    " but the layer is on device ", dev);
+}
 
 }  // namespace mxmoe::cuda_detail

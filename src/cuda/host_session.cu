@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "host_session.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
 
@@ -44,27 +45,8 @@ struct CudaHostSession::Impl {
   ForwardArgs args;
   size_t out_bytes = 0;
 
-  void poison_output() {
-    // 0xFF bytes are NaN in both bf16 and fp32: every element must be written.
-    HS_CHECK(cudaMemsetAsync(out.ptr, 0xFF, out_bytes, stream));
-  }
-  Output fetch_output() {
-    const MoeConfig& cfg = layer->config();
-    Output o;
-    o.format = cfg.output_format;
-    o.tokens = args.tokens;
-    o.hidden = cfg.hidden;
-    const size_t n = static_cast<size_t>(args.tokens * cfg.hidden);
-    if (o.format == OutputFormat::BF16) {
-      o.bf16.resize(n);
-      HS_CHECK(cudaMemcpyAsync(o.bf16.data(), out.ptr, n * 2, cudaMemcpyDeviceToHost, stream));
-    } else {
-      o.fp32.resize(n);
-      HS_CHECK(cudaMemcpyAsync(o.fp32.data(), out.ptr, n * 4, cudaMemcpyDeviceToHost, stream));
-    }
-    HS_CHECK(cudaStreamSynchronize(stream));
-    return o;
-  }
+  void poison_output() { cuda_detail::poison_output(out.ptr, out_bytes, stream); }
+  Output fetch_output() { return cuda_detail::fetch_output(out.ptr, layer->config(), args.tokens, stream); }
   void launch() { layer->forward(args, workspace.ptr, workspace_bytes, stream); }
 };
 

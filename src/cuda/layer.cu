@@ -73,24 +73,6 @@ size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
 bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-// Rejects pointers the driver knows are not usable on `dev` (plain host memory, another
-// GPU). An inconclusive query is not an error: the kernels would fault visibly.
-void check_device_pointer(const void* p, const char* argument, int dev) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  MXMOE_CHECK_ARG(a.type != cudaMemoryTypeUnregistered, argument, "pointer ", p,
-                  " is not device memory (pageable host memory?)");
-  if (a.type == cudaMemoryTypeHost)
-    MXMOE_CHECK_ARG(a.devicePointer != nullptr, argument, "pointer ", p,
-                    " is host memory not mapped into the device");
-  if (a.type == cudaMemoryTypeDevice)
-    MXMOE_CHECK_ARG(a.device == dev, argument, "pointer ", p, " lives on device ", a.device,
-                    " but the layer is on device ", dev);
-}
-
 }  // namespace
 
 std::vector<GpuInfo> cuda_devices() {
@@ -361,14 +343,9 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
 }
 
 CudaMoeLayer::~CudaMoeLayer() {
-  if (impl_) {
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != impl_->device) {
-      cudaSetDevice(impl_->device);
-      impl_.reset();
-      cudaSetDevice(cur);
-    }
-  }
+  if (!impl_) return;
+  DeviceGuardNoThrow guard(impl_->device);
+  impl_.reset();
 }
 
 const MoeConfig& CudaMoeLayer::config() const { return impl_->cfg; }

@@ -17,22 +17,6 @@ namespace ep_detail {
 
 void force_nccl_environment() { setenv("NCCL_NVLS_ENABLE", "0", 1); }
 
-void check_device_pointer(const void* p, const char* argument, int dev) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;  // inconclusive: the kernels would fault visibly
-  }
-  MXMOE_CHECK_ARG(a.type != cudaMemoryTypeUnregistered, argument, "pointer ", p,
-                  " is not device memory (pageable host memory?)");
-  if (a.type == cudaMemoryTypeHost)
-    MXMOE_CHECK_ARG(a.devicePointer != nullptr, argument, "pointer ", p,
-                    " is host memory not mapped into the device");
-  if (a.type == cudaMemoryTypeDevice)
-    MXMOE_CHECK_ARG(a.device == dev, argument, "pointer ", p, " lives on device ", a.device,
-                    " but the EP layer is on device ", dev);
-}
-
 // Called by ep_launch in each child before its body: GPU `rank` becomes current when it
 // exists (the body reports a missing GPU in its own words).
 void select_device(int rank) {

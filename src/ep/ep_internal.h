@@ -1,5 +1,5 @@
 // ep_internal.h — what the EP sources share: the NCCL error check, the forced
-// environment, the device-pointer check, and one launcher per EP kernel (kernels.cu).
+// environment, and one launcher per EP kernel (kernels.cu).
 // Launchers enqueue on the given stream, check the launch, and never synchronize.
 #pragma once
 
@@ -25,9 +25,6 @@ namespace mxmoe::ep_detail {
 /// since a user's NCCL_NVLS_ENABLE=1 must not turn it on. Called before every NCCL entry
 /// point that can read the environment.
 void force_nccl_environment();
-
-/// Rejects pointers the driver knows are not usable on `dev` (host memory, another GPU).
-void check_device_pointer(const void* p, const char* argument, int dev);
 
 /// Rank that owns global expert `id` with contiguous ownership, or -1 (id == -1 or out
 /// of range). Shared by the kernels and the host-side emulation in the tests' reasoning.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "../cuda/common.cuh"
+#include "../cuda/host_session.h"
 #include "ep_internal.h"
 #include "mxmoe/ep.h"
 
@@ -37,26 +38,8 @@ struct CudaEpHostSession::Impl {
   bool have_inputs = false;
   size_t out_bytes = 0;
 
-  void poison() {
-    if (out_bytes) MXMOE_CUDA_CHECK(cudaMemsetAsync(out->ptr, 0xFF, out_bytes, stream));
-  }
-  Output fetch() {
-    const MoeConfig& cfg = layer->config();
-    Output o;
-    o.format = cfg.output_format;
-    o.tokens = args.tokens;
-    o.hidden = cfg.hidden;
-    const size_t n = static_cast<size_t>(args.tokens * cfg.hidden);
-    if (o.format == OutputFormat::BF16) {
-      o.bf16.resize(n);
-      if (n) MXMOE_CUDA_CHECK(cudaMemcpyAsync(o.bf16.data(), out->ptr, n * 2, cudaMemcpyDeviceToHost, stream));
-    } else {
-      o.fp32.resize(n);
-      if (n) MXMOE_CUDA_CHECK(cudaMemcpyAsync(o.fp32.data(), out->ptr, n * 4, cudaMemcpyDeviceToHost, stream));
-    }
-    MXMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return o;
-  }
+  void poison() { cuda_detail::poison_output(out->ptr, out_bytes, stream); }
+  Output fetch() { return cuda_detail::fetch_output(out->ptr, layer->config(), args.tokens, stream); }
   // A collective on the stream: every rank's following work starts after all ranks got
   // here (on the GPUs, without a host round trip).
   void barrier_on_stream() {

@@ -19,6 +19,7 @@
 namespace mxmoe {
 
 using namespace ep_detail;
+using cuda_detail::check_device_pointer;
 
 namespace {
 
@@ -212,14 +213,9 @@ CudaEpLayer::CudaEpLayer(const MoeConfig& cfg, const ExpertWeights& weights, con
 }
 
 CudaEpLayer::~CudaEpLayer() {
-  if (impl_) {
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != impl_->device) {
-      cudaSetDevice(impl_->device);
-      impl_.reset();
-      cudaSetDevice(cur);
-    }
-  }
+  if (!impl_) return;
+  cuda_detail::DeviceGuardNoThrow guard(impl_->device);
+  impl_.reset();
 }
 
 const MoeConfig& CudaEpLayer::config() const { return impl_->cfg; }
@@ -402,28 +398,24 @@ void CudaEpLayer::run_forward(const ForwardArgs& args, void* stream, void* const
   }
   // Rows from source d land contiguously at recv_off[d], in source-rank order: the local
   // layer sees one batch. Several sends to one peer in a group match its receives in order.
+  // What travels of each row: the activation, its scales (MXFP8 only: for bf16 both
+  // buffers are null), the id row and the weight row.
+  struct Part { const DevPtr &send, &recv; int64_t row_elems, elem_bytes; ncclDataType_t type; };
+  const Part parts[] = {{s.send_x, s.recv_x, s.row_bytes, 1, ncclUint8},
+                        {s.send_scale, s.recv_scale, s.scale_bytes, 1, ncclUint8},
+                        {s.send_ids, s.recv_ids, k, 4, ncclInt32},
+                        {s.send_weights, s.recv_weights, k, 4, ncclFloat32}};
   nccl_group([&] {
     for (int d = 0; d < W; ++d) {
-      const size_t n = static_cast<size_t>(s.send_rows[d]), m = static_cast<size_t>(s.recv_rows[d]);
-      const int64_t so = d * R, ro = s.recv_off[d];
-      if (n > 0) {
-        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<uint8_t>(s.send_x, so * s.row_bytes), n * s.row_bytes,
-                                  ncclUint8, d, s.nccl, st));
-        if (s.fp8)
-          MXMOE_NCCL_CHECK(nccl_api().Send(s.at<uint8_t>(s.send_scale, so * s.scale_bytes),
-                                    n * s.scale_bytes, ncclUint8, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<int32_t>(s.send_ids, so * k), n * k, ncclInt32, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(nccl_api().Send(s.at<float>(s.send_weights, so * k), n * k, ncclFloat32, d, s.nccl, st));
-      }
-      if (m > 0) {
-        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<uint8_t>(s.recv_x, ro * s.row_bytes), m * s.row_bytes,
-                                  ncclUint8, d, s.nccl, st));
-        if (s.fp8)
-          MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<uint8_t>(s.recv_scale, ro * s.scale_bytes),
-                                    m * s.scale_bytes, ncclUint8, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<int32_t>(s.recv_ids, ro * k), m * k, ncclInt32, d, s.nccl, st));
-        MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<float>(s.recv_weights, ro * k), m * k, ncclFloat32, d, s.nccl, st));
-      }
+      const int64_t n = s.send_rows[d], m = s.recv_rows[d], so = d * R, ro = s.recv_off[d];
+      for (const Part& p : parts)
+        if (n > 0 && p.send)
+          MXMOE_NCCL_CHECK(nccl_api().Send(s.at<uint8_t>(p.send, so * p.row_elems * p.elem_bytes),
+                                           n * p.row_elems, p.type, d, s.nccl, st));
+      for (const Part& p : parts)
+        if (m > 0 && p.recv)
+          MXMOE_NCCL_CHECK(nccl_api().Recv(s.at<uint8_t>(p.recv, ro * p.row_elems * p.elem_bytes),
+                                           m * p.row_elems, p.type, d, s.nccl, st));
     }
   });
   mark(1);
