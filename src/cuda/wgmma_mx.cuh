@@ -105,18 +105,22 @@ struct PfRing {
   float* amax;       // [2][4][kPfTokens]
   float* back;       // [2][kPfTokens]: each consumer's copy of its tile's range factors
 };
-__device__ __forceinline__ PfRing pf_ring(void* dyn_smem) {
-  const uintptr_t base = (reinterpret_cast<uintptr_t>(dyn_smem) + 1023) & ~uintptr_t{1023};
+
+#if defined(MXMOE_SM90A)
+
+__device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
+  // Aligned by pointer arithmetic on the __shared__ array, not through an integer: the
+  // compiler then still knows every ring pointer is shared memory and emits ld.shared
+  // with 32-bit addresses (an integer round trip made them generic loads with 64-bit
+  // address arithmetic in the mainloop).
   PfRing r;
-  r.stages = reinterpret_cast<uint8_t*>(base);
+  r.stages = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
   r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kPfStageBytes);
   r.empty = r.full + kPfStages;
   r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
   r.back = r.amax + kPfAmaxFloats;
   return r;
 }
-
-#if defined(MXMOE_SM90A)
 
 __device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
   if (threadIdx.x == 0) {
@@ -281,7 +285,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
 /// tile loop, which hands each tile's accumulators to
 /// `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer warpgroup 0 or 1).
 template <bool kGated, class Epilogue>
-__device__ __forceinline__ void pf_run(const PfOperands& o, void* dyn_smem, Epilogue&& epilogue) {
+__device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const PfRing ring = pf_ring(dyn_smem);
   pf_init_barriers(ring);
   const int wg = static_cast<int>(threadIdx.x) / 128;
