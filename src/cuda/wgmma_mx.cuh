@@ -15,9 +15,10 @@
 //     A stage is published on its `full` mbarrier once the copies have landed. A tile's
 //     first stage also carries its 128 row range factors, for the epilogue.
 //   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
-//     128 tokens: per MX block it decodes its A fragments (weights) from shared memory
-//     into registers and issues wgmma m64n128k16 (A registers, B shared); two fp32
-//     accumulators of 64 x 128 per warpgroup. Stages go back on `empty`.
+//     128 tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
+//     from shared memory into registers and issues one group of 8 wgmma m64n128k16 (A
+//     registers, B shared); two fp32 accumulators of 64 x 128 per warpgroup. A chunk's
+//     stage goes back on `empty` once the next chunk's wait has retired its group.
 // Weights are the MMA's M dimension ("swap AB"): the tiled layout (engine.h) already
 // gives each lane its m16n8k16 A fragment, which is also the wgmma A fragment of its warp.
 // Its K permutation inside an MX block (lane t holds elements 8t..8t+7) is undone by
@@ -50,7 +51,7 @@ inline constexpr int kPfStageBack = kPfStageB + kPfStageW + kPfStageS;  // tile'
                                                                // 128 f32 range factors
 inline constexpr int kPfStageBytes = 25 * 1024;                // B stays 1024-aligned
 static_assert(kPfStageBack + kPfTokens * 4 <= kPfStageBytes, "stage overflow");
-static_assert(kPfLag <= kPfStages - 2, "consumers release a stage one MX block into the next");
+static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the next chunk's wait");
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 /// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
 inline constexpr int kPfSmemBytes =
@@ -247,8 +248,8 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     const uint64_t desc = smem_desc_k128(st);
     // One wgmma group per chunk (8 wgmmas, 512 tensor cycles of this warpgroup): the
     // other consumer warpgroup's group runs while this one waits, releases and decodes,
-    // so that gap must stay under one group. (With a group per MX block, half as long,
-    // the tensor pipe idled ~46% of the time.) Every earlier group is retired before the
+    // so that gap must stay under one group (a group per MX block, half as long, was 5%
+    // slower in GEMM2; PERFORMANCE.md, session 4). Every earlier group is retired before the
     // fragments are rewritten: with a group left in flight (wait_group 1) ptxas
     // serializes every wgmma (C7513), as it cannot tell which group still reads the
     // registers being written. After the wait the previous chunk's stage goes back to
