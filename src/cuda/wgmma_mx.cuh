@@ -133,6 +133,19 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
   __syncthreads();
 }
 
+/// A position in the ring: a chunk's stage and the parity of that stage's barriers on
+/// this lap, carried from chunk to chunk (no division by kPfStages in the loops).
+struct PfCursor {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == kPfStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
 /// of token rows (i >> 3) + 16m (m < 8), weight words i + 128q (q < 4) and, for i < 32,
 /// the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival waits for
@@ -142,7 +155,8 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
   const int rb_count = o.rb_count();
-  uint32_t n = 0, published = 0;
+  uint32_t n = 0, published = 0;  // chunks filled, chunks published
+  PfCursor fill, pub;              // where they are in the ring
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
     if (t.e < 0) break;
@@ -163,8 +177,9 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     }
     const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
     for (int kc = 0; kc < o.kc_count; ++kc) {
-      const int s = static_cast<int>(n % kPfStages);
-      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], ((n / kPfStages) - 1) & 1);
+      const int s = fill.stage;
+      // From the second lap on, the consumers' release of this stage's previous chunk.
+      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kPfStageBytes;
       if (kc == 0 && c == 0) {
 #pragma unroll
@@ -186,17 +201,22 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
                     o.ws + ((group0 + (i >> 3)) * o.kc_count + kc) * 8 + (i & 7));
       cp_async_commit();
       ++n;
+      fill.advance();
       if (n > static_cast<uint32_t>(kPfLag)) {
         cp_async_wait<kPfLag>();
         fence_proxy_async_shared();
-        mbar_arrive(&ring.full[published % kPfStages]);
+        mbar_arrive(&ring.full[pub.stage]);
         ++published;
+        pub.advance();
       }
     }
   }
   cp_async_wait<0>();
   fence_proxy_async_shared();
-  for (; published < n; ++published) mbar_arrive(&ring.full[published % kPfStages]);
+  for (; published < n; ++published) {
+    mbar_arrive(&ring.full[pub.stage]);
+    pub.advance();
+  }
 }
 
 /// A fragments of one MX block (b) for the two k16 steps: rows g (word w0, scale byte
@@ -215,13 +235,13 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 /// tiles x 128 tokens over all of K. kGated (GEMM1): both tiles in row group 2wg + w/2,
 /// gate rows (m16 tile w % 2) in acc_a and the up rows of the same columns (tile
 /// 2 + w % 2) in acc_b, so the activation needs no exchange. Otherwise (GEMM2): row
-/// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `chunk` counts the ring's chunks
-/// consumed so far (the same sequence as the producer's). The tile's range factors are
+/// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks the ring's chunks in
+/// the producer's sequence. The tile's range factors are
 /// copied to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup
 /// barrier).
 template <bool kGated>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[64], const PfRing& ring,
-                                            uint32_t& chunk, int kc_count, int wg) {
+                                            PfCursor& cur, int kc_count, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;
   const int qb = kGated ? qa : 2 * wg + 1;
@@ -233,10 +253,10 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
   const int soff_b = kPfStageB + kPfStageW + ((qb * 8 + g) * 4 + mtb) * 4;
 #pragma unroll
   for (int j = 0; j < 64; ++j) acc_a[j] = acc_b[j] = 0.0f;
+  int prev = 0;  // stage of the previous chunk
   for (int kc = 0; kc < kc_count; ++kc) {
-    const uint32_t n = chunk + kc;
-    const int s = static_cast<int>(n % kPfStages);
-    mbar_wait(&ring.full[s], (n / kPfStages) & 1);
+    const int s = cur.stage;
+    mbar_wait(&ring.full[s], cur.phase);
     const uint8_t* st = ring.stages + s * kPfStageBytes;
     if (kc == 0)
       ring.back[wg * kPfTokens + (threadIdx.x & 127)] =
@@ -255,7 +275,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
     // registers being written. After the wait the previous chunk's stage goes back to
     // the producer, each thread releasing its own reads.
     wgmma_wait<0>();
-    if (kc > 0) mbar_arrive(&ring.empty[(n - 1) % kPfStages]);
+    if (kc > 0) mbar_arrive(&ring.empty[prev]);
     uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
@@ -274,12 +294,13 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
         wgmma_m64n128k16_rs(acc_b, fb[b][k16], d);
       }
     wgmma_commit();
+    prev = s;
+    cur.advance();
   }
   wgmma_wait<0>();
   acc_fence(acc_a);
   acc_fence(acc_b);
-  mbar_arrive(&ring.empty[(chunk + kc_count - 1) % kPfStages]);
-  chunk += kc_count;
+  mbar_arrive(&ring.empty[prev]);
 }
 
 /// Body of both prefill kernels: the ring, the producer warpgroup, and the consumers'
@@ -296,12 +317,12 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
     return;
   }
   setmaxnreg_inc<224>();
-  uint32_t chunk = 0;
+  PfCursor cur;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
     if (tile.e < 0) break;
     float acc_a[64], acc_b[64];
-    pf_mainloop<kGated>(acc_a, acc_b, ring, chunk, o.kc_count, wg - 1);
+    pf_mainloop<kGated>(acc_a, acc_b, ring, cur, o.kc_count, wg - 1);
     epilogue(acc_a, acc_b, tile, wg - 1, ring);
   }
 }
