@@ -55,6 +55,8 @@ json result_json(const CaseResult& r) {
             {"max_abs_err", r.vs_reference.max_abs_err},
             {"bound_violations", r.vs_reference.bound_violations},
             {"atol", r.vs_reference.atol}, {"rtol", r.vs_reference.rtol},
+            {"near_ties", r.near_ties}, {"near_ties_taken", r.near_ties_taken},
+            {"output_ties_taken", r.output_ties_taken},
             {"deterministic_3_runs", r.deterministic},
             {"backend_seconds", r.backend_seconds}, {"reference_seconds", r.reference_seconds},
             {"note", r.note}};
@@ -75,11 +77,12 @@ std::string fix(double v, int digits) {
 }
 
 void print_results(const std::vector<CaseResult>& results) {
-  Table t({"case", "backend", "status", "rel L2", "cosine", "viol", "3 runs", "graph", "ideal rel L2",
-           "ideal cos", "time s"});
+  Table t({"case", "backend", "status", "rel L2", "cosine", "viol", "ties", "3 runs", "graph",
+           "ideal rel L2", "ideal cos", "time s"});
   for (const CaseResult& r : results) {
     t.row({r.name, to_string(r.backend), r.status_string(), sci(r.vs_reference.max_row_rel_l2),
            fix(r.vs_reference.min_cosine, 6), std::to_string(r.vs_reference.bound_violations),
+           std::to_string(r.near_ties_taken) + "/" + std::to_string(r.near_ties),
            r.deterministic ? "same" : "DIFF", r.graph_checked ? (r.graph_identical ? "same" : "DIFF") : "-",
            r.has_ideal ? sci(r.ideal_rel_l2) : "-", r.has_ideal ? fix(r.ideal_cosine, 4) : "-",
            fix(r.backend_seconds, 3)});

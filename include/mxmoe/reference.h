@@ -17,15 +17,25 @@ namespace mxmoe {
 void validate_forward_inputs(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
                              const Routing& routing);
 
+/// A near-tie of the intermediate rounding: one of its values (or, for MXFP8, a whole
+/// block's scale) lies so close to a rounding boundary that a backend summing in fp32
+/// may round it the other way (SPEC §7 allows the summation order to differ). `delta`
+/// is what that other rounding adds to output row `row` (K values, unrounded).
+struct NearTie {
+  int64_t row = 0;
+  std::vector<double> delta;
+};
+
 /// Float64 oracle on the same quantized bytes: dequantize exactly, accumulate in
 /// double, activation in double, mirror the intermediate quantization (MXFP8 via
 /// formats.h on the float-rounded activation, or BF16 rounding), GEMM2 in double,
 /// finalize in slot order 0..k-1, output_scale, round to the output format.
 /// `x` must be in cfg.input_format (see Activations::to_mxfp8). threads <= 0: all cores.
-/// out64 (optional) receives the unrounded [M][K] result.
+/// out64 (optional) receives the unrounded [M][K] result; near_ties (optional) the
+/// intermediate's near-ties, for judges that accept either rounding there.
 void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
                        const Routing& routing, Output& out, std::vector<double>* out64 = nullptr,
-                       int threads = 0);
+                       int threads = 0, std::vector<NearTie>* near_ties = nullptr);
 
 /// fp32 CPU backend: the kernels' arithmetic on the CPU (permute by local expert,
 /// fp32 GEMMs, fp32 activation, requantization, fixed-order finalize). This is what
@@ -70,6 +80,20 @@ struct Comparison {
 };
 Comparison compare_outputs(const std::vector<double>& actual, const std::vector<double>& ref,
                            int64_t rows, int64_t cols, double atol, double rtol);
+
+/// The reference with near-ties taken the other way where that brings a row closer to
+/// `actual` (L2, largest effect first; each tie whole or not at all), so a backend is
+/// not failed for a rounding the precision contract allows. Rows with non-finite values
+/// are left alone. The ties taken are also added to `ref64` (the unrounded reference)
+/// when given. Returns how many ties were taken.
+int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref, int64_t cols,
+                       const std::vector<NearTie>& ties, std::vector<double>* ref64 = nullptr);
+
+/// The same for the BF16 output rounding: where the unrounded reference `ref64` lies
+/// within a relative `window` of the midpoint between its BF16 value `ref` and the
+/// adjacent BF16 value `actual` holds, `ref` takes `actual`'s value. Returns how many.
+int64_t take_output_ties(const std::vector<double>& actual, std::vector<double>& ref,
+                         const std::vector<double>& ref64, double window);
 /// Output -> doubles (BF16/fp32 decoded).
 std::vector<double> output_values(const Output& out);
 

@@ -61,7 +61,9 @@ struct CaseResult {
   std::string name, what;
   Backend backend = Backend::Cpu;
   enum class Status { Pass, Fail, Skip } status = Status::Fail;
-  Comparison vs_reference;
+  Comparison vs_reference;     // against the reference with near-ties taken (reference.h)
+  int64_t near_ties = 0, near_ties_taken = 0;  // the intermediate's near-ties; those taken
+  int64_t output_ties_taken = 0;               // BF16 output roundings taken the other way
   bool has_ideal = false;
   double ideal_rel_l2 = 0, ideal_cosine = 0;  // informational: the format's price
   bool deterministic = true, graph_identical = true, graph_checked = false;

@@ -5,6 +5,7 @@
 // e.g. a poisoned token's row; it is left out of the row's norms. Any other non-finite
 // mismatch is a bound violation and makes its row's relative error infinite (and cosine
 // -1); non-finite `actual` where `ref` is finite is also counted in `nonfinite`.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -90,6 +91,64 @@ std::string Comparison::summary() const {
   if (bound_violations > 0)
     s += detail::cat(" first_bad=[", first_bad_row, "][", first_bad_col, "]");
   return s;
+}
+
+int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref, int64_t cols,
+                       const std::vector<NearTie>& ties, std::vector<double>* ref64) {
+  MXMOE_CHECK_ARG(actual.size() == ref.size(), "actual", "has ", actual.size(),
+                  " elements, the reference ", ref.size());
+  MXMOE_CHECK_ARG(!ref64 || ref64->size() == ref.size(), "ref64", "has ", ref64 ? ref64->size() : 0,
+                  " elements, the reference ", ref.size());
+  // Per row, largest effect first, so a small tie never stands in for a large one.
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < ties.size(); ++i) {
+    MXMOE_CHECK_ARG(static_cast<int64_t>(ties[i].delta.size()) == cols && ties[i].row >= 0 &&
+                        (ties[i].row + 1) * cols <= static_cast<int64_t>(ref.size()),
+                    "ties", "entry ", i, " does not fit the ", cols, "-wide output");
+    double n2 = 0;
+    for (double d : ties[i].delta) n2 += d * d;
+    order.push_back({-n2, i});
+  }
+  std::sort(order.begin(), order.end());
+  int64_t taken = 0;
+  for (const auto& [neg_n2, i] : order) {
+    const NearTie& t = ties[i];
+    const double* a = &actual[t.row * cols];
+    double* r = &ref[t.row * cols];
+    bool finite = true;
+    double now = 0, then = 0;  // squared distance to actual without / with the tie
+    for (int64_t k = 0; k < cols; ++k) {
+      finite &= std::isfinite(a[k]) && std::isfinite(r[k]);
+      now += (a[k] - r[k]) * (a[k] - r[k]);
+      const double o = r[k] + t.delta[k];
+      then += (a[k] - o) * (a[k] - o);
+    }
+    if (!finite || !(then < now)) continue;
+    for (int64_t k = 0; k < cols; ++k) r[k] += t.delta[k];
+    if (ref64)
+      for (int64_t k = 0; k < cols; ++k) (*ref64)[t.row * cols + k] += t.delta[k];
+    ++taken;
+  }
+  return taken;
+}
+
+int64_t take_output_ties(const std::vector<double>& actual, std::vector<double>& ref,
+                         const std::vector<double>& ref64, double window) {
+  MXMOE_CHECK_ARG(actual.size() == ref.size() && ref64.size() == ref.size(), "ref64", "has ",
+                  ref64.size(), " elements; actual ", actual.size(), ", ref ", ref.size());
+  int64_t taken = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (actual[i] == ref[i] || !std::isfinite(actual[i]) || !std::isfinite(ref[i])) continue;
+    const uint16_t a = fmt::float_to_bf16(static_cast<float>(actual[i]));
+    const uint16_t r = fmt::float_to_bf16(static_cast<float>(ref[i]));
+    const bool adjacent = (a >> 15) == (r >> 15) && (a == r + 1 || r == a + 1);
+    const double mid = 0.5 * (actual[i] + ref[i]);  // exact: adjacent BF16 values
+    if (adjacent && std::fabs(ref64[i] - mid) <= window * std::fabs(mid)) {
+      ref[i] = actual[i];
+      ++taken;
+    }
+  }
+  return taken;
 }
 
 std::vector<double> output_values(const Output& out) {

@@ -145,21 +145,70 @@ struct F64Problem {
   const float* w13_bias = nullptr;                   // [E_local][2N] or null
   const float* w2_bias = nullptr;                    // [E_local][K] or null
   bool mirror_intermediate = false;
+  std::vector<NearTie>* near_ties = nullptr;  // with mirror_intermediate: collected here
 };
+
+// One near-tie of the mirrored intermediate: routed pair `pair` (expert e) may hold, at
+// intermediate columns n, the values differing by delta[n] (reference.h, NearTie).
+struct Alternative {
+  int64_t pair = 0, e = 0;
+  std::vector<std::pair<int64_t, double>> delta;  // (column, other value - mirrored value)
+};
+
+// A value within this relative distance of a rounding boundary of the intermediate (an
+// E4M3 or BF16 midpoint, or the amax of an MX block at a scale step) is a near-tie. A
+// backend's fp32 GEMM1 sum and activation differ from the float64 ones by ~1e-6
+// relative for well-conditioned sums; 2^-16 leaves a wide margin, and flags ~0.05% of
+// E4M3 values (~0.8% of BF16 ones).
+constexpr double kNearTie = 1.0 / 65536.0;
 
 // Rounds the activation output the way the kernels store the intermediate, then returns
 // the exact value GEMM2 consumes. v holds one 32-wide block (a whole MXFP8 block).
-void mirror_block(const MoeConfig& cfg, double* v) {
+// `alts` (optional) receives the block's near-ties (kNearTie): single values that round
+// the other way at f * (1 +- kNearTie), and for MXFP8 the whole block quantized with the
+// scale byte that amax * (1 +- kNearTie) would choose. Columns are block-relative here.
+void mirror_block(const MoeConfig& cfg, double* v,
+                  std::vector<std::vector<std::pair<int64_t, double>>>* alts = nullptr) {
   float f[kMxBlock];
   for (int i = 0; i < kMxBlock; ++i) f[i] = static_cast<float>(v[i]);
+  auto nudged = [](float x, double by) { return static_cast<float>(static_cast<double>(x) * by); };
+  double q[kMxBlock];  // the mirrored values
   if (cfg.intermediate_format == IntermediateFormat::MXFP8) {
     uint8_t codes[kMxBlock], scale;
     fmt::quantize_block_e4m3(f, codes, &scale, cfg.scale_rule);
-    for (int i = 0; i < kMxBlock; ++i) v[i] = fmt::dequant_e4m3(codes[i], scale);
+    for (int i = 0; i < kMxBlock; ++i) q[i] = fmt::dequant_e4m3(codes[i], scale);
+    if (alts && scale != fmt::kE8m0Nan) {
+      const float inv = fmt::mx_inv_scale(scale);
+      for (int i = 0; i < kMxBlock; ++i)
+        for (double by : {1.0 - kNearTie, 1.0 + kNearTie}) {
+          const uint8_t other = fmt::float_to_e4m3(nudged(f[i], by) * inv);
+          const double d = fmt::dequant_e4m3(other, scale) - q[i];
+          if (other != codes[i] && std::isfinite(d)) alts->push_back({{i, d}});
+        }
+      const float amax = fmt::block_amax(f, kMxBlock);
+      for (double by : {1.0 - kNearTie, 1.0 + kNearTie}) {
+        const uint8_t other = fmt::mx_scale_byte(nudged(amax, by), fmt::kE4m3Max, fmt::kE4m3Emax, cfg.scale_rule);
+        if (other == scale || other == fmt::kE8m0Nan) continue;
+        const float oinv = fmt::mx_inv_scale(other);
+        std::vector<std::pair<int64_t, double>> block;
+        for (int i = 0; i < kMxBlock; ++i) {
+          const double d = fmt::dequant_e4m3(fmt::float_to_e4m3(f[i] * oinv), other) - q[i];
+          if (d != 0 && std::isfinite(d)) block.push_back({i, d});
+        }
+        if (!block.empty()) alts->push_back(std::move(block));
+      }
+    }
   } else {
-    for (int i = 0; i < kMxBlock; ++i)
-      v[i] = static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f[i])));
+    for (int i = 0; i < kMxBlock; ++i) {
+      q[i] = static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f[i])));
+      if (alts)
+        for (double by : {1.0 - kNearTie, 1.0 + kNearTie}) {
+          const double other = static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(nudged(f[i], by))));
+          if (other != q[i] && std::isfinite(other - q[i])) alts->push_back({{i, other - q[i]}});
+        }
+    }
   }
+  for (int i = 0; i < kMxBlock; ++i) v[i] = q[i];
 }
 
 // out64 [M][K] (unrounded, output_scale applied).
@@ -181,6 +230,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
   std::vector<std::vector<double>> hbuf(static_cast<size_t>(nt));
   std::vector<std::vector<const double*>> abuf(static_cast<size_t>(nt));
   std::vector<std::vector<double>> accbuf(static_cast<size_t>(nt));
+  std::vector<std::vector<Alternative>> altbuf(static_cast<size_t>(nt));  // per worker
 
   for (int64_t t0 = 0; t0 < M; t0 += batch) {
     const int64_t t1 = std::min(M, t0 + batch), mb = t1 - t0;
@@ -195,7 +245,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
     }
     for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
     const int64_t P = start[E];
-    std::vector<int64_t> pair_token(static_cast<size_t>(P));
+    std::vector<int64_t> pair_token(static_cast<size_t>(P)), pair_slot(static_cast<size_t>(P));
     {
       std::vector<int64_t> cursor(start.begin(), start.end() - 1);
       for (int64_t i = 0; i < mb * top_k; ++i) {
@@ -203,6 +253,7 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
         const int64_t pos = cursor[local[i]]++;
         pair_of[i] = pos;
         pair_token[pos] = i / top_k;  // batch-relative token
+        pair_slot[pos] = i;           // batch-relative token * top_k + slot
       }
     }
     if (P == 0) continue;  // every row of the batch stays zero
@@ -249,10 +300,36 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
           }
           v[i] = activation_ref(cfg.activation, e, g, u);
         }
-        if (p.mirror_intermediate) mirror_block(cfg, v);
+        if (p.mirror_intermediate) {
+          std::vector<std::vector<std::pair<int64_t, double>>> block_alts;
+          auto* alts = p.near_ties ? &block_alts : nullptr;
+          mirror_block(cfg, v, alts);
+          if (alts)
+            for (auto& a : *alts) {
+              for (auto& [col, d] : a) col += c * kGateUpChunk;
+              altbuf[worker].push_back(Alternative{p0 + q, e, std::move(a)});
+            }
+        }
         std::memcpy(&act[(p0 + q) * N + c * kGateUpChunk], v, sizeof v);
       }
     });
+    // Near-ties of this batch, in a fixed order (by pair, then column): their effect on
+    // y is computed with GEMM2's weight rows below.
+    std::vector<Alternative> alts;
+    for (auto& b : altbuf) {
+      for (auto& a : b) alts.push_back(std::move(a));
+      b.clear();
+    }
+    std::sort(alts.begin(), alts.end(), [](const Alternative& a, const Alternative& b) {
+      if (a.pair != b.pair) return a.pair < b.pair;
+      if (a.delta.front().first != b.delta.front().first) return a.delta.front().first < b.delta.front().first;
+      if (a.delta.size() != b.delta.size()) return a.delta.size() < b.delta.size();
+      return a.delta.front().second < b.delta.front().second;
+    });
+    std::vector<int64_t> alts_of_expert(static_cast<size_t>(E + 1), 0);  // alts sorted by pair
+    for (const Alternative& a : alts) ++alts_of_expert[a.e + 1];           // = by expert
+    for (int64_t e = 0; e < E; ++e) alts_of_expert[e + 1] += alts_of_expert[e];
+    std::vector<double> alt_y(alts.size() * static_cast<size_t>(K), 0.0);
 
     // GEMM2 + bias.
     std::vector<double> y(static_cast<size_t>(P * K));
@@ -273,6 +350,13 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
         for (int64_t r = 0; r < kRows2; ++r)
           y[(p0 + q) * K + c * kRows2 + r] =
               h[q * kRows2 + r] + (bias ? static_cast<double>(bias[r]) : 0.0);
+      // This expert's near-ties: their change of y on these rows (W2 rows = y columns).
+      for (int64_t i = alts_of_expert[e]; i < alts_of_expert[e + 1]; ++i)
+        for (int64_t r = 0; r < kRows2; ++r) {
+          double d = 0;
+          for (const auto& [col, dv] : alts[i].delta) d += w[r * N + col] * dv;
+          alt_y[i * K + c * kRows2 + r] = d;
+        }
     });
 
     // Finalize: slots in order 0..k-1, then the output scale.
@@ -288,6 +372,16 @@ void forward_f64(const F64Problem& p, std::vector<double>& out64, int threads) {
       }
       for (int64_t k = 0; k < K; ++k) o[k] *= oscale;
     });
+    if (p.near_ties)
+      for (size_t i = 0; i < alts.size(); ++i) {
+        const int64_t slot = pair_slot[alts[i].pair];
+        const double wt = static_cast<double>(rt.weights[static_cast<size_t>(t0 * top_k + slot)]);
+        NearTie tie;
+        tie.row = t0 + slot / top_k;
+        tie.delta.resize(static_cast<size_t>(K));
+        for (int64_t k = 0; k < K; ++k) tie.delta[k] = wt * alt_y[i * K + k] * oscale;
+        p.near_ties->push_back(std::move(tie));
+      }
   }
 }
 
@@ -358,7 +452,7 @@ void validate_ideal(const MoeConfig& cfg, const IdealWeights& w, const std::vect
 
 void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
                        const Routing& routing, Output& out, std::vector<double>* out64,
-                       int threads) {
+                       int threads, std::vector<NearTie>* near_ties) {
   validate_forward_inputs(cfg, w, x, routing);
   const int64_t K = cfg.hidden, N = cfg.intermediate;
   F64Problem p;
@@ -384,6 +478,8 @@ void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activ
     p.w2_bias = w.w2_bias.data();
   }
   p.mirror_intermediate = true;
+  if (near_ties) near_ties->clear();
+  p.near_ties = near_ties;
   std::vector<double> v;
   forward_f64(p, v, threads);
   round_output(cfg, x.tokens, v, out);

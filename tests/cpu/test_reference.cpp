@@ -18,6 +18,7 @@
 #include "mxmoe/layout.h"
 #include "mxmoe/random.h"
 #include "mxmoe/reference.h"
+#include "mxmoe/suite.h"
 #include "../expect_invalid.h"
 
 namespace mxmoe {
@@ -626,6 +627,55 @@ TEST(Compare, OutputValuesDecodesBf16AndFp32) {
   EXPECT_EQ(output_values(o), (std::vector<double>{static_cast<double>(0.1f), 2.0}));
   o.fp32.pop_back();
   expect_invalid([&] { output_values(o); }, "out.fp32");
+}
+
+// Near-ties (reference.h): a tie is taken only where it brings the row closer to the
+// backend, whole, and never on a row with non-finite values.
+TEST(NearTies, TakenOnlyWhereTheyExplainTheBackend) {
+  const int64_t cols = 4;
+  std::vector<double> ref = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<double> ref64 = ref;
+  std::vector<NearTie> ties(3);
+  ties[0] = {0, {0.5, 0, 0, 0}};    // row 0: the backend rounded this one the other way
+  ties[1] = {0, {0, 0, -0.25, 0}};  // row 0: did not
+  ties[2] = {1, {0, 0.5, 0, 0}};    // row 1: holds a NaN
+  std::vector<double> actual = {1.5, 2, 3, 4.001, 5, 6.5, std::nan(""), 8};
+  EXPECT_EQ(take_near_ties(actual, ref, cols, ties, &ref64), 1);
+  EXPECT_EQ(ref, (std::vector<double>{1.5, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(ref64, ref);
+  // A tie is whole or nothing: half of it explained is not enough to take it.
+  std::vector<double> r2 = {1, 2, 3, 4};
+  std::vector<double> a2 = {1.2, 2, 3, 4};
+  EXPECT_EQ(take_near_ties(a2, r2, cols, {NearTie{0, {0.5, 0, 0, 0}}}), 0);
+  expect_invalid([&] { take_near_ties(a2, r2, cols, {NearTie{1, {0, 0, 0, 0}}}); }, "ties");
+}
+
+TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
+  const double lo = 1.0, hi = 1.0 + 1.0 / 128;  // adjacent BF16 values
+  const double mid = 0.5 * (lo + hi);
+  std::vector<double> ref = {lo, lo, lo, 2.0};
+  std::vector<double> actual = {hi, hi, 1.0 + 2.0 / 128, 2.0};
+  std::vector<double> ref64 = {mid * (1 - 1e-6), mid * (1 - 1e-3), mid, 2.0};
+  EXPECT_EQ(take_output_ties(actual, ref, ref64, 1.0 / 16384), 1);
+  EXPECT_EQ(ref, (std::vector<double>{hi, lo, lo, 2.0}));  // near, far, not adjacent, equal
+}
+
+// The CI failure that motivated ties: situ-masked-slots-m32 failed the 5e-3 bound at this
+// seed (rel L2 7.7e-3) because a few intermediate E4M3 codes of the fp32 CPU backend
+// rounded the other way at near-ties. With ties it passes, having taken some, and the
+// remaining error is well inside the bound.
+TEST(NearTies, SmokeCaseThatFailedOnANearTieNowPasses) {
+  const uint64_t seed = 18415880773716947779ull;
+  const std::vector<SuiteCase> cases = suite_cases("smoke");
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].name != "situ-masked-slots-m32") continue;
+    const CaseResult r = run_case(cases[i], Backend::Cpu, seed + (i + 1) * 7919u, seed);
+    EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
+    EXPECT_GT(r.near_ties_taken, 0);
+    EXPECT_LT(r.vs_reference.max_row_rel_l2, 1e-3);
+    return;
+  }
+  FAIL() << "no case situ-masked-slots-m32 in the smoke suite";
 }
 
 }  // namespace
