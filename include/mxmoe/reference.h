@@ -43,6 +43,19 @@ void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activ
 void cpu_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
                  const Routing& routing, Output& out, int threads = 0);
 
+/// The judge's reference for a backend's output `actual` [M][K]: reference_forward on the
+/// same inputs, with the intermediate's near-ties taken toward `actual`
+/// (take_near_ties), rounded to the output format, and for BF16 outputs the output
+/// roundings within 2^-14 of a midpoint taken toward it (take_output_ties). The suite
+/// and the Python tests judge against this. Counts go to `ties` (offered, taken,
+/// output roundings taken) when given.
+struct TieCounts {
+  int64_t offered = 0, taken = 0, output_taken = 0;
+};
+std::vector<double> reference_toward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                                     const Routing& routing, const std::vector<double>& actual,
+                                     TieCounts* ties = nullptr, int threads = 0);
+
 /// Unquantized weights for the ideal: floats in the kernel row order.
 ///  w13 [E_local][2N][K], w2 [E_local][K][N], biases as in ExpertWeights.
 struct IdealWeights {

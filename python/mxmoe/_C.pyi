@@ -207,9 +207,9 @@ def route(router_logits: NDArray, correction_bias: NDArray | None = None, params
     Top-k routing on the CPU: (topk_ids int32 [M,k], topk_weights float32 [M,k]).
     """
 
-def forward_cpu(config: MoeConfig, weights: ExpertWeights, x: NDArray, topk_ids: NDArray, topk_weights: NDArray, *, x_scale: NDArray | None = None, out: NDArray | None = None, backend: str = 'cpu', threads: int = 0, exact: bool = False) -> object:
+def forward_cpu(config: MoeConfig, weights: ExpertWeights, x: NDArray, topk_ids: NDArray, topk_weights: NDArray, *, x_scale: NDArray | None = None, out: NDArray | None = None, backend: str = 'cpu', threads: int = 0, exact: bool = False, toward: NDArray | None = None) -> object:
     """
-    Run the layer on the CPU. x: bf16 (or uint16 bits) / float32 [M,K], or MXFP8 codes with x_scale. Returns the output (uint16 BF16 bits or float32 [M,K]) or writes it into `out` and returns None; exact=True (reference only): the unrounded float64 result.
+    Run the layer on the CPU. x: bf16 (or uint16 bits) / float32 [M,K], or MXFP8 codes with x_scale. Returns the output (uint16 BF16 bits or float32 [M,K]) or writes it into `out` and returns None; exact=True (reference only): the unrounded float64 result; toward=a backend's output (reference only): the judge's float64 reference for it, near-ties taken toward it (reference_toward).
     """
 
 def compare(actual: NDArray, ref: NDArray, atol: float, rtol: float) -> dict:

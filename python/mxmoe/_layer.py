@@ -389,9 +389,13 @@ class Layer:
             return torch.from_numpy(y)
         return _C.bf16_to_float32(y) if y.dtype == np.uint16 else y
 
-    def reference(self, x: ArrayLike, topk_ids=None, topk_weights=None, *, router_logits=None, x_scale=None) -> np.ndarray:
+    def reference(self, x: ArrayLike, topk_ids=None, topk_weights=None, *, router_logits=None, x_scale=None,
+                  toward=None) -> np.ndarray:
         """The float64 oracle on the same quantized bytes (SPEC §8), unrounded: float64
-        NumPy [M,K]. The judge for this layer's outputs, on the CPU whatever the device."""
+        NumPy [M,K]. The judge for this layer's outputs, on the CPU whatever the device.
+        toward (a backend's output [M,K]): instead, the reference as the C++ suite judges
+        it, rounded to the output format with either rounding taken where the intermediate
+        or the output rounding is a near-tie (SPEC §7)."""
         if router_logits is not None:
             topk_ids, topk_weights = route(router_logits, self.router_bias, self.routing)
         h = lambda a, dt=None: None if a is None else _host(a, "x", dt)  # noqa: E731
@@ -405,6 +409,10 @@ class Layer:
         xsc = None if x_scale is None else h(x_scale)
         ids = _host(topk_ids, "topk_ids")
         wts = _host(topk_weights, "topk_weights", np.float32)
+        if toward is not None:
+            t = toward.detach().float().cpu().numpy() if _is_torch(toward) else np.asarray(toward, dtype=np.float64)
+            return _C.forward_cpu(self.config, self.weights, xs, ids, wts, x_scale=xsc, backend="reference",
+                                  threads=self.threads, toward=t)
         return _C.forward_cpu(self.config, self.weights, xs, ids, wts, x_scale=xsc, backend="reference",
                               threads=self.threads, exact=True)
 

