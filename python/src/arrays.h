@@ -34,6 +34,7 @@ inline constexpr DType kU16{(uint8_t)nb::dlpack::dtype_code::UInt, 16, "uint16 (
 inline constexpr DType kI16{(uint8_t)nb::dlpack::dtype_code::Int, 16, "int16 (bf16 bits)"};
 inline constexpr DType kBf16{(uint8_t)nb::dlpack::dtype_code::Bfloat, 16, "bfloat16"};
 inline constexpr DType kF32{(uint8_t)nb::dlpack::dtype_code::Float, 32, "float32"};
+inline constexpr DType kF64{(uint8_t)nb::dlpack::dtype_code::Float, 64, "float64"};
 inline constexpr DType kI32{(uint8_t)nb::dlpack::dtype_code::Int, 32, "int32"};
 inline constexpr DType kI64{(uint8_t)nb::dlpack::dtype_code::Int, 64, "int64"};
 
@@ -120,6 +121,13 @@ template <typename T>
 std::vector<T> to_vector(const Array& a) {
   const T* p = static_cast<const T*>(ptr(a));
   return std::vector<T>(p, p + a.size());
+}
+
+/// A float32 or float64 array (already checked) as doubles.
+inline std::vector<double> to_doubles(const Array& a) {
+  if (!is(a, kF32)) return to_vector<double>(a);
+  const float* p = static_cast<const float*>(ptr(a));
+  return std::vector<double>(p, p + a.size());
 }
 
 }  // namespace mxmoe_py

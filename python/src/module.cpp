@@ -827,15 +827,8 @@ NB_MODULE(_C, m) {
         std::vector<double> ta;  // `toward` as doubles
         if (toward) {
           using namespace mxmoe_py;
-          const DType kF64{(uint8_t)nb::dlpack::dtype_code::Float, 64, "float64"};
           check(*toward, "toward", Dev::Cpu, {kF32, kF64}, {a.tokens, cfg.hidden});
-          ta.resize(toward->size());
-          if (is(*toward, kF32)) {
-            const float* p = static_cast<const float*>(ptr(*toward));
-            for (size_t i = 0; i < ta.size(); ++i) ta[i] = p[i];
-          } else {
-            std::memcpy(ta.data(), ptr(*toward), ta.size() * sizeof(double));
-          }
+          ta = to_doubles(*toward);
         }
         Output o;
         std::vector<double> o64;
@@ -863,20 +856,9 @@ NB_MODULE(_C, m) {
       "compare",
       [](const Array& actual, const Array& ref, double atol, double rtol) {
         using namespace mxmoe_py;
-        const DType kF64{(uint8_t)nb::dlpack::dtype_code::Float, 64, "float64"};
         check(actual, "actual", Dev::Cpu, {kF32, kF64}, {-1, -1});
         check(ref, "ref", Dev::Cpu, {kF32, kF64}, {(int64_t)actual.shape(0), (int64_t)actual.shape(1)});
-        auto widen = [&](const Array& a) {
-          std::vector<double> v(a.size());
-          if (is(a, kF32)) {
-            const float* p = static_cast<const float*>(ptr(a));
-            for (size_t i = 0; i < v.size(); ++i) v[i] = p[i];
-          } else {
-            std::memcpy(v.data(), ptr(a), v.size() * sizeof(double));
-          }
-          return v;
-        };
-        std::vector<double> va = widen(actual), vr = widen(ref);
+        std::vector<double> va = to_doubles(actual), vr = to_doubles(ref);
         Comparison c = compare_outputs(va, vr, (int64_t)actual.shape(0), (int64_t)actual.shape(1), atol, rtol);
         nb::dict d;
         d["max_row_rel_l2"] = c.max_row_rel_l2;

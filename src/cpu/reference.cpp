@@ -503,12 +503,9 @@ std::vector<double> reference_toward(const MoeConfig& cfg, const ExpertWeights& 
   TieCounts c;
   c.offered = static_cast<int64_t>(ties.size());
   c.taken = take_near_ties(actual, ref, cfg.hidden, ties, &ref64);
-  // The taken ties moved ref64; round it again the way round_output does.
-  for (size_t i = 0; i < ref64.size(); ++i) {
-    const float f = static_cast<float>(ref64[i]);
-    ref[i] = cfg.output_format == OutputFormat::BF16 ? static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f)))
-                                                      : static_cast<double>(f);
-  }
+  // The taken ties moved ref64: round it to the output format again.
+  round_output(cfg, x.tokens, ref64, out);
+  ref = output_values(out);
   if (cfg.output_format == OutputFormat::BF16) c.output_taken = take_output_ties(actual, ref, ref64, kOutputTieWindow);
   if (counts) *counts = c;
   return ref;
