@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   __shared__ const uint8_t* s_row[BT];
   __shared__ const uint8_t* s_rsc[BT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
+  const int t = lane & 3;
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   const bool active = rg < p.w13.rg;  // inactive warps still take part in the barriers
@@ -166,8 +166,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 4 * 32;
   const uint4* ws4 = reinterpret_cast<const uint4*>(p.w13.scale) +
                      (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 8;
-  const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
-  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
   const uint8_t* x = static_cast<const uint8_t*>(p.x);
   // Weight scales without bytes 0 / 0xFF (flagged at load) take the two-op conversion.
   const bool special =
@@ -195,9 +193,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
     stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
     __syncthreads();
     if (active) {
-      const uint8_t* brow[NT];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) brow[nt] = s_row[nt * 8 + g];
       float acc[4][NT][4];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
@@ -205,8 +200,11 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, 0, p.w13.kc, kbK, brow, s_sx,
-                               (valid + 7) / 8);
+      warp_mma_decode<NT, D>(special, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
+                             [&](int i) { return s_row[i]; }, s_sx);
+      // Epilogue operands, loaded only now so they hold no registers over the mainloop.
+      const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+      const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

@@ -135,12 +135,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
     stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_mx);
     __syncthreads();
     if (active) {
-      const uint8_t* brow[NT];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int r = tile * BT + nt * 8 + g;
-        brow[nt] = r < count ? inter + static_cast<int64_t>(off + r) * N : nullptr;
-      }
       float acc[4][NT][4];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
@@ -148,8 +142,9 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kbN, brow, s_sx,
-                               (valid + 7) / 8);
+      warp_mma_decode<NT, D>(
+          special, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
+          [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

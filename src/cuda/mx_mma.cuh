@@ -410,6 +410,187 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][
                                 nt_used);
 }
 
+/// Decode mainloop for an expert with at most R = 1, 2 or 4 rows: the same weight stream,
+/// decode and FP16 MMAs as warp_mma_fast, but with a block-diagonal B so that all 8 MMA
+/// columns do useful work and the per-block fold runs once per P = 8 / R blocks instead
+/// of once per block. Column n of B holds token n % R restricted to MX block n / R of the
+/// current cycle of P blocks (zeros elsewhere), so after the cycle's MMAs accumulator
+/// column j of row r is the partial dot product of row r and token j % R over exactly
+/// one MX block, (cycle start + j / R): it is folded with that block's weight and token
+/// scales as in warp_mma_fast. The per-lane sums are then added over the lanes holding
+/// the same token (warp_reduce_diag). Lane (g, t) holds B column g (one block's 8
+/// elements [8t, 8t + 8), loaded once per cycle, a cycle ahead) and accumulator columns
+/// 2t, 2t + 1 (blocks (2t) / R, (2t + 1) / R of the cycle, whose weight scale words it
+/// keeps when their chunk passes through the ring).
+///   acc[mt][.]: per-lane partial sums, zero on entry; warp_reduce_diag finishes them;
+///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]).
+template <int R, int D, bool kSpecial>
+__device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing<D>& ring,
+                                              const uint4* __restrict__ wp,
+                                              const uint4* __restrict__ ws4, int kc_begin,
+                                              int kc_end, int kb_count, const uint8_t* brow,
+                                              const float* s_sx) {
+  static_assert(R == 1 || R == 2 || R == 4, "R rows per cycle column group");
+  constexpr int P = 8 / R;   // MX blocks per cycle
+  constexpr int CP = P / 2;  // ring chunks per cycle
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int kb_end = min(kb_count, 2 * kc_end);
+  const int b_slot = g / R;                  // cycle block of this lane's B column
+  const int f_slot0 = (2 * t) / R, f_slot1 = (2 * t + 1) / R;  // of its accumulator columns
+  const int f_chunk = f_slot0 / 2;           // both lie in this chunk of the cycle
+  const int f_tok0 = (2 * t) % R, f_tok1 = (2 * t + 1) % R;
+  auto load_b = [&](int kb) {
+    uint2 v = make_uint2(0u, 0u);
+    if (brow != nullptr && kb < kb_end) v = __ldg(reinterpret_cast<const uint2*>(brow + kb * 32 + 8 * t));
+    return v;
+  };
+  uint2 b_next = load_b(2 * kc_begin + b_slot);
+  uint32_t sw[4] = {0u, 0u, 0u, 0u};  // weight scale words of this lane's fold chunk
+  for (int kc0 = kc_begin; kc0 < kc_end; kc0 += CP) {
+    const int cycle_kb = 2 * kc0;  // first block of this cycle
+    const uint32_t bx[4] = {e4m3x2_to_f16x2(b_next.x), e4m3x2_to_f16x2(b_next.x >> 16),
+                            e4m3x2_to_f16x2(b_next.y), e4m3x2_to_f16x2(b_next.y >> 16)};
+    b_next = load_b(cycle_kb + P + b_slot);  // a cycle ahead
+    float part[4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part[mt][j] = 0.0f;
+    const int ci_end = min(CP, kc_end - kc0);
+    for (int ci = 0; ci < ci_end; ++ci) {
+      const int kc = kc0 + ci, i = kc - kc_begin;
+      __syncwarp();  // as in warp_mma_fast: the refilled stage was read last iteration
+      fast_issue<D>(ring, wp, ws4, kc + D - 1, kc_end, (i + D - 1) % D);
+      cp_async_wait<D - 1>();
+      __syncwarp();
+      const uint4* st = ring.stage + (i % D) * (kFastStageBytes / 16);
+      const uint4 sv = st[4 * 32 + g];
+      const bool keep = ci == f_chunk;
+      sw[0] = keep ? sv.x : sw[0];
+      sw[1] = keep ? sv.y : sw[1];
+      sw[2] = keep ? sv.z : sw[2];
+      sw[3] = keep ? sv.w : sw[3];
+      // B of the chunk's two blocks: this lane's column where the block is its own. A
+      // block past K (a K % 64 == 32 tail) gets zeros: its MMAs then add exact zeros
+      // whatever the padding weights are (E2M1 values are finite), without a branch.
+      uint32_t bsel[2][4];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const bool mine = b_slot == 2 * ci + b && 2 * kc + b < kb_count;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) bsel[b][k] = mine ? bx[k] : 0u;
+      }
+      // Row tile by row tile, so only one tile's weight words are live at a time.
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const uint4 wv = st[mt * 32 + lane];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          uint32_t r0[4], r1[4];
+          fp4x8_to_f16(b ? wv.z : wv.x, r0);  // row g
+          fp4x8_to_f16(b ? wv.w : wv.y, r1);  // row g + 8
+          const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
+          const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
+          mma_f16_16816(part[mt], a_s0, bsel[b][0], bsel[b][1]);
+          mma_f16_16816(part[mt], a_s1, bsel[b][2], bsel[b][3]);
+        }
+      }
+    }
+    // Fold: column c of this lane is block cycle_kb + f_slot_c of token f_tok_c; blocks
+    // past the end got no nonzero B (their partial is exactly 0) and take factor 0, so a
+    // stale or NaN scale word of an earlier cycle cannot reach the sum.
+    const int kb0 = cycle_kb + f_slot0, kb1 = cycle_kb + f_slot1;
+    const float sx0 = kb0 < kb_end ? s_sx[kb0 * 8 + f_tok0] : 0.0f;
+    const float sx1 = kb1 < kb_end ? s_sx[kb1 * 8 + f_tok1] : 0.0f;
+    const int sh0 = 16 * (f_slot0 & 1), sh1 = 16 * (f_slot1 & 1);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+      float s00, s01, s10, s11;  // row g / g + 8, column c
+      if constexpr (kSpecial) {
+        s00 = e8m0_f((sw[mt] >> sh0) & 0xFFu);
+        s10 = e8m0_f((sw[mt] >> (sh0 + 8)) & 0xFFu);
+        s01 = e8m0_f((sw[mt] >> sh1) & 0xFFu);
+        s11 = e8m0_f((sw[mt] >> (sh1 + 8)) & 0xFFu);
+      } else {
+        const uint32_t w0 = sw[mt] >> sh0, w1 = sw[mt] >> sh1;
+        s00 = e8m0_normal_at(w0, 0);
+        s10 = e8m0_normal_at(w0, 8);
+        s01 = e8m0_normal_at(w1, 0);
+        s11 = e8m0_normal_at(w1, 8);
+      }
+      acc[mt][0] = __fmaf_rn(part[mt][0], kb0 < kb_end ? s00 * sx0 : 0.0f, acc[mt][0]);
+      acc[mt][1] = __fmaf_rn(part[mt][1], kb1 < kb_end ? s01 * sx1 : 0.0f, acc[mt][1]);
+      acc[mt][2] = __fmaf_rn(part[mt][2], kb0 < kb_end ? s10 * sx0 : 0.0f, acc[mt][2]);
+      acc[mt][3] = __fmaf_rn(part[mt][3], kb1 < kb_end ? s11 * sx1 : 0.0f, acc[mt][3]);
+    }
+  }
+}
+
+/// Finishes warp_mma_diag: adds each token's per-lane sums over the lanes that hold it
+/// (accumulator column j holds token j % R), leaving token 2t + c of rows g, g + 8 in
+/// acc[mt][2h + c] of lane t (for 2t + c < R) as warp_mma_fast leaves it.
+template <int R>
+__device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float v = acc[mt][j];
+      if constexpr (R == 1) v = v + acc[mt][j ^ 1];  // both columns are token 0
+      if constexpr (R <= 2) v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+      v = v + __shfl_xor_sync(0xffffffffu, v, 2);
+      acc[mt][j] = v;
+    }
+}
+
+/// The decode mainloop for one token tile of `valid` rows: warp_mma_diag when the tile
+/// holds at most 4 rows (NT == 1), else warp_mma_fast; `row_of(i)` is the E4M3 row of
+/// token i of the tile (or null). acc must be zero on entry.
+template <int NT, int D, typename RowOf>
+__device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (&acc)[4][NT][4],
+                                                const FastRing<D>& ring, const uint4* __restrict__ wp,
+                                                const uint4* __restrict__ ws4, int kc_begin,
+                                                int kc_end, int kb_count, RowOf row_of,
+                                                const float* s_sx) {
+  const int g = (threadIdx.x & 31) >> 2;
+  if constexpr (NT == 1) {
+    if (valid <= 4) {
+      float a[4][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[mt][j] = 0.0f;
+      // R = rows rounded up to a power of two; the row pointer of token g % R.
+      const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
+      const uint8_t* brow = (g % R) < valid ? row_of(g % R) : nullptr;
+      if (R == 1) {
+        if (special) warp_mma_diag<1, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        else warp_mma_diag<1, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        warp_reduce_diag<1>(a);
+      } else if (R == 2) {
+        if (special) warp_mma_diag<2, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        else warp_mma_diag<2, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        warp_reduce_diag<2>(a);
+      } else {
+        if (special) warp_mma_diag<4, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        else warp_mma_diag<4, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        warp_reduce_diag<4>(a);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][0][j] = a[mt][j];
+      return;
+    }
+  }
+  const uint8_t* brow[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
+  warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
+                           (valid + 7) / 8);
+}
+
 /// Stages one token tile's B-row scales for warp_mma_fast (called by every thread of the
 /// block after rows_scale is visible; a __syncthreads must follow before use):
 ///   s_sx[kb][BT] = e8m0(scale) * 2^14 * adj(row), s_back[BT] = 2^D(row)

@@ -633,6 +633,11 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, true, false, 8, 128, 64},      // decode tile (NT=1)
       {Activation::SiTU, true, true, false, 12, 160, 64},     // decode path, NT=2, 3 chunks
       {Activation::SiTU, true, true, false, 20, 96, 96},      // NT=4, K % 64 == 32
+      // Block-diagonal decode (warp_mma_diag) for experts of 1, 2 and 3-4 rows: a partial
+      // cycle (5 and 9 MX blocks), K % 64 == 32 with biases, BF16 intermediate.
+      {Activation::SiTU, true, true, false, 1, 160, 64},
+      {Activation::SwiGLU_OAI, true, true, true, 2, 96, 96},
+      {Activation::SiTU, true, false, false, 3, 288, 64},
       {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96},  // biases
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
       {Activation::SiTU, false, true, false, 33, 160, 64},
@@ -778,6 +783,13 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   run_gemm2_stage(true, 30, 96, 160, false, 3, true);       // NT=4, 18 rows, 3 splits
   run_gemm2_stage(true, 6, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes: exact path
   run_gemm2_stage(true, 6, 128, 256, false, 1, false, true); // same, no flags at all
+  // Block-diagonal decode (warp_mma_diag): experts of 1 and 4 rows (R = 1, 4), of 2 and
+  // 5 rows (R = 2); split cycles, partial cycles (5 blocks), K tails, special bytes.
+  run_gemm2_stage(true, 2, 128, 256, false, 4, true);        // R=1 and R=4, 4 splits
+  run_gemm2_stage(true, 4, 96, 160, false, 1, true);         // R=2, 5 blocks
+  run_gemm2_stage(true, 4, 96, 96, false, 2, true);          // R=2, K tail, 2 splits
+  run_gemm2_stage(true, 2, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes, R=1/4
+  run_gemm2_stage(true, 2, 64, 288, true);                   // R=1 and R=4, bias, 9 blocks
 }
 
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
