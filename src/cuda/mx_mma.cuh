@@ -544,6 +544,19 @@ __device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
     }
 }
 
+/// warp_mma_diag with the scale path picked per row group (warp-uniform), then
+/// warp_reduce_diag.
+template <int R, int D>
+__device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][4],
+                                                  const FastRing<D>& ring, const uint4* __restrict__ wp,
+                                                  const uint4* __restrict__ ws4, int kc_begin,
+                                                  int kc_end, int kb_count, const uint8_t* brow,
+                                                  const float* s_sx) {
+  if (special) warp_mma_diag<R, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  else warp_mma_diag<R, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  warp_reduce_diag<R>(acc);
+}
+
 /// The decode mainloop for one token tile of `valid` rows: warp_mma_diag when the tile
 /// holds at most 4 rows (NT == 1), else warp_mma_fast; `row_of(i)` is the E4M3 row of
 /// token i of the tile (or null). acc must be zero on entry.
@@ -564,19 +577,9 @@ __device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (
       // R = rows rounded up to a power of two; the row pointer of token g % R.
       const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
       const uint8_t* brow = (g % R) < valid ? row_of(g % R) : nullptr;
-      if (R == 1) {
-        if (special) warp_mma_diag<1, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        else warp_mma_diag<1, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        warp_reduce_diag<1>(a);
-      } else if (R == 2) {
-        if (special) warp_mma_diag<2, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        else warp_mma_diag<2, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        warp_reduce_diag<2>(a);
-      } else {
-        if (special) warp_mma_diag<4, D, true>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        else warp_mma_diag<4, D, false>(a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-        warp_reduce_diag<4>(a);
-      }
+      if (R == 1) warp_mma_diag_any<1, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      else if (R == 2) warp_mma_diag_any<2, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      else warp_mma_diag_any<4, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
