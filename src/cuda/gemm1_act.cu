@@ -143,22 +143,19 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 // Decode path (heuristics.h): same work split and epilogue, E4M3 x through the FP16
 // mainloop with the weights streamed D chunks deep. Each block stages its token tile's
 // row pointers and x scales in shared memory once; all 4 warps share them.
+//
+// One block's work with token tile 8 * NT. The shared staging is the kernel's, sized for
+// its own (larger or equal) tile; s_sx is used as [K/32][8 * NT].
 template <int NT, int D, bool kFp8Inter>
-__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fast_kernel(const Gemm1Params p) {
+__device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count, float* s_sx,
+                                                 float* s_back, int* s_mx, const uint8_t** s_row,
+                                                 const uint8_t** s_rsc, const FastRing<D>& ring) {
   constexpr int BT = 8 * NT;
-  extern __shared__ float s_sx[];  // [K/32][BT]
-  __shared__ float s_back[BT];
-  __shared__ int s_mx[BT];
-  __shared__ const uint8_t* s_row[BT];
-  __shared__ const uint8_t* s_rsc[BT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int t = lane & 3;
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   const bool active = rg < p.w13.rg;  // inactive warps still take part in the barriers
-  const int count = p.counts[e];
-  // Not this launch's count class (or no rows): block-uniform.
-  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
   const int kbK = static_cast<int>(K / kMxBlock);
@@ -171,7 +168,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   const bool special =
       p.w13.special == nullptr || p.w13.special[static_cast<size_t>(e) * p.w13.rg + rgc] != 0;
 
-  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + kbK * BT);  // after the scales
   for (int tile = blockIdx.z; tile * BT < count; tile += gridDim.z) {
     const int valid = min(BT, count - tile * BT);
     // The first weight loads go out before the token-scale staging (they do not depend
@@ -217,6 +213,30 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
     }
     __syncthreads();  // the next tile rewrites the shared staging
   }
+}
+
+// The decode kernel of one count class (heuristics.h plan_fast). The 16-row kernel also
+// serves the experts of at most 8 rows, with 8-row tiles, so that both classes stream
+// their weights in one grid.
+template <int NT, int D, bool kFp8Inter>
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fast_kernel(const Gemm1Params p) {
+  constexpr int BT = 8 * NT;
+  extern __shared__ float s_sx[];  // [K/32][BT], then the warps' rings
+  __shared__ float s_back[BT];
+  __shared__ int s_mx[BT];
+  __shared__ const uint8_t* s_row[BT];
+  __shared__ const uint8_t* s_rsc[BT];
+  const int count = p.counts[blockIdx.y];
+  // Not this launch's count class (or no rows): block-uniform.
+  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
+  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.hidden / kMxBlock) * BT);
+  if constexpr (NT == 2) {
+    if (count <= 8) {
+      gemm1_fast_block<1, D, kFp8Inter>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
+      return;
+    }
+  }
+  gemm1_fast_block<NT, D, kFp8Inter>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
 }
 
 template <int NT, int D, bool kFp8Inter>

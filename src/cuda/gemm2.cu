@@ -88,21 +88,19 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
 
 // Decode path (heuristics.h): E4M3 intermediate through the FP16 mainloop, weights
 // streamed D chunks deep, the token tile's row scales staged once per block.
+//
+// One block's work with token tile 8 * NT (the kernel's shared staging, sized for its
+// own larger or equal tile; s_sx used as [N/32][8 * NT]).
 template <int NT, int D>
-__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fast_kernel(const Gemm2Params p) {
+__device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count, float* s_sx,
+                                                 float* s_back, int* s_mx, const uint8_t** s_rsc,
+                                                 const FastRing<D>& ring) {
   constexpr int BT = 8 * NT;
-  extern __shared__ float s_sx[];  // [N/32][BT]
-  __shared__ float s_back[BT];
-  __shared__ int s_mx[BT];
-  __shared__ const uint8_t* s_rsc[BT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   const bool active = rg < p.w2.rg;
-  const int count = p.counts[e];
-  // Not this launch's count class (or no rows): block-uniform.
-  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
   const int off = p.offsets[e];
   const int64_t K = p.hidden, N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
@@ -121,7 +119,6 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   const int kc_begin = split * p.w2.kc / S, kc_end = (split + 1) * p.w2.kc / S;
   float* y = p.y + split * p.split_stride;
 
-  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + kbN * BT);  // after the scales
   for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
     if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
@@ -171,6 +168,28 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
       p.back[off + tile * BT + threadIdx.x] = s_back[threadIdx.x];
     __syncthreads();  // the next tile rewrites the shared staging
   }
+}
+
+// The decode kernel of one count class (heuristics.h plan_fast); the 16-row kernel also
+// serves the experts of at most 8 rows, with 8-row tiles (as gemm1_fast_kernel).
+template <int NT, int D>
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fast_kernel(const Gemm2Params p) {
+  constexpr int BT = 8 * NT;
+  extern __shared__ float s_sx[];  // [N/32][BT], then the warps' rings
+  __shared__ float s_back[BT];
+  __shared__ int s_mx[BT];
+  __shared__ const uint8_t* s_rsc[BT];
+  const int count = p.counts[blockIdx.y];
+  // Not this launch's count class (or no rows): block-uniform.
+  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
+  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.intermediate / kMxBlock) * BT);
+  if constexpr (NT == 2) {
+    if (count <= 8) {
+      gemm2_fast_block<1, D>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+      return;
+    }
+  }
+  gemm2_fast_block<NT, D>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
 }
 
 template <int NT, int D>
