@@ -638,6 +638,8 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, true, false, 1, 160, 64},
       {Activation::SwiGLU_OAI, true, true, true, 2, 96, 96},
       {Activation::SiTU, true, false, false, 3, 288, 64},
+      // The 16-row kernel serving experts of <= 8 rows too (8-row and diagonal bodies).
+      {Activation::SiTU, true, true, false, 14, 128, 64},
       {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96},  // biases
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
       {Activation::SiTU, false, true, false, 33, 160, 64},
@@ -790,6 +792,10 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   run_gemm2_stage(true, 4, 96, 96, false, 2, true);          // R=2, K tail, 2 splits
   run_gemm2_stage(true, 2, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes, R=1/4
   run_gemm2_stage(true, 2, 64, 288, true);                   // R=1 and R=4, bias, 9 blocks
+  // The 16-row kernel (tokens > 8) also runs the experts of <= 8 rows: 4 rows (diagonal
+  // R=4) and 8 rows; then 8 and 12 rows beside an empty 32-row class launch.
+  run_gemm2_stage(true, 9, 128, 160, false, 1, true);
+  run_gemm2_stage(true, 17, 96, 128, false, 2, true);
 }
 
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
