@@ -1,0 +1,125 @@
+// fp8_mode.h — the numerics of the FP8 precision mode (issue 5; SPEC §7: "a faster mode
+// that re-expresses MX scales for Hopper FP8 tensor cores ... with a measured error
+// bound"). Hopper's FP8 tensor cores take E4M3 operands with one scale per operand row
+// and K step, not one per 32 elements, so both operands are re-expressed with one
+// power-of-two scale per group of kGroup = 128 along K (the K step after which the FP8
+// accumulator is promoted into fp32):
+//
+//   weights   w = e2m1(c) * 2^(b - 127)   ->  e4m3(c') * 2^(S - 127),  S = max b of the group
+//   activation x = e4m3(c) * 2^(t - 127)  ->  e4m3(c') * 2^(T - 127),  T = max t of the group
+//
+// Weights: e2m1(c) * 2^-d with d = S - b lies on the E4M3 grid for d <= kMaxWeightSpread
+// (0.5 * 2^-8 = 2^-9 is E4M3's smallest subnormal, 6 * 2^-8 = 1.5 * 2^-6 its smallest
+// normal binade), so the conversion is exact; weights with a larger spread inside one
+// group are refused at load time (weights_fit_fp8_mode), never silently rounded.
+// Activations: e4m3(c) * 2^-(T - t) is rounded to E4M3 (RNE): exact while it stays in
+// E4M3's normal range, else rounded to the subnormal grid, off by at most 2^-10 of the
+// group scale (activation_error_bound). Products of the
+// re-expressed operands are exact in the tensor cores; their FP8 accumulation over 128 K
+// and its promotion to fp32 are the kernel's and are measured there (docs/FP8_MODE.md).
+//
+// Host and device: the load-time weight conversion and the activation staging kernel
+// share these functions with the CPU emulation and the tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mxmoe/formats.h"
+
+namespace mxmoe::fp8mode {
+
+/// K per FP8 group: one scale per operand row and group, fp32 promotion after each group.
+inline constexpr int kGroup = 128;
+inline constexpr int kBlocksPerGroup = kGroup / kMxBlock;  // MX blocks per group
+/// Largest weight scale spread (group byte minus block byte) converted exactly.
+inline constexpr int kMaxWeightSpread = 8;
+
+/// Group scale byte of `n` MX blocks: the largest byte of the blocks that are `used`
+/// (all when `used` is null), 0xFF (NaN) when a used block's byte is 0xFF, 0 when none
+/// is used. A NaN block poisons its whole group, which changes no output: every row or
+/// token it touches is NaN either way.
+MXMOE_HD uint8_t group_scale_byte(const uint8_t* block_bytes, int n, const bool* used = nullptr) {
+  uint8_t g = 0;
+  for (int i = 0; i < n; ++i) {
+    if (used != nullptr && !used[i]) continue;
+    if (block_bytes[i] == fmt::kE8m0Nan) return fmt::kE8m0Nan;
+    if (block_bytes[i] > g) g = block_bytes[i];
+  }
+  return g;
+}
+
+/// The E4M3 code of 2^e * 1.0, for -9 <= e <= 8 (subnormal below 2^-6).
+MXMOE_HD uint8_t e4m3_pow2_code(int e) {
+  return e >= -6 ? static_cast<uint8_t>((e + 7) << 3) : static_cast<uint8_t>(1u << (e + 9));
+}
+
+/// Weight element: E2M1 code `c` of a block with scale byte `block_byte`, re-expressed
+/// under the group byte `group_byte` (>= block_byte): the E4M3 code of
+/// e2m1(c) * 2^(block_byte - group_byte). Exact for a spread up to kMaxWeightSpread (the
+/// caller refuses more: weights_fit_fp8_mode); a NaN group byte gives the NaN code.
+MXMOE_HD uint8_t weight_code(uint8_t c, uint8_t block_byte, uint8_t group_byte) {
+  const uint8_t sign = (c & 8) ? 0x80 : 0x00;
+  if (group_byte == fmt::kE8m0Nan) return sign | fmt::kE4m3Nan;
+  const int d = static_cast<int>(group_byte) - static_cast<int>(block_byte);
+  if (d > 30) return sign;  // refused inputs only (rounds to +-0)
+  // e2m1(c) * 2^-d by exact float scaling, then the (exact) E4M3 encode.
+  const float v = fmt::e2m1_to_float(static_cast<uint8_t>(c & 7)) * fmt::e8m0_to_float(static_cast<uint8_t>(127 - d));
+  return sign | fmt::float_to_e4m3_sw(v);
+}
+
+/// Activation element: E4M3 code `c` of a block with scale byte `block_byte`,
+/// re-expressed under `group_byte` (>= block_byte): the E4M3 code nearest (RNE) to
+/// e4m3(c) * 2^(block_byte - group_byte). NaN codes and a NaN group byte give NaN.
+/// Values that fall below E4M3's normal range lose bits (activation_error_bound): the
+/// mode's error comes from activation blocks far below the largest of their group.
+MXMOE_HD uint8_t activation_code(uint8_t c, uint8_t block_byte, uint8_t group_byte) {
+  const uint8_t sign = c & 0x80;
+  if (group_byte == fmt::kE8m0Nan || (c & 0x7F) == fmt::kE4m3Nan) return sign | fmt::kE4m3Nan;
+  const int d = static_cast<int>(group_byte) - static_cast<int>(block_byte);
+  if (d > 40) return sign;  // far below the smallest subnormal: +-0 (rounds there anyway)
+  // An exact product (power of two, no underflow in float), then one RNE rounding.
+  const float v = fmt::e4m3_to_float(c) * fmt::e8m0_to_float(static_cast<uint8_t>(127 - d));
+  return fmt::float_to_e4m3_sw(v);
+}
+
+/// Bound on |re-expressed - exact| of one activation element, in units of the group
+/// scale 2^(group_byte - 127), for an exact value of magnitude `a` in those units. A value
+/// with E4M3's 4 significant bits moved down by whole binades stays on the grid while it
+/// is normal (a >= 2^-6): exact. Below, it rounds to the subnormal grid m * 2^-9: at most
+/// half a step, 2^-10 (ties reach it).
+MXMOE_HD double activation_error_bound(double a) { return a >= 0.015625 ? 0.0 : 0.0009765625; }
+
+/// Load-time check of an MXFP4 matrix ([rows][K/2] packed, [rows][K/32] scale bytes, K a
+/// multiple of 32) for the FP8 mode: in every row and group of kBlocksPerGroup blocks,
+/// each block holding a nonzero code has a byte within kMaxWeightSpread of the group's
+/// largest such byte (0xFF bytes are fine: the group becomes NaN, as the block would).
+/// False with the first offending row, group and bytes in `why`.
+inline bool weights_fit_fp8_mode(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                                 int64_t K, std::string* why) {
+  const int64_t nb = K / kMxBlock;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g0 = 0; g0 < nb; g0 += kBlocksPerGroup) {
+      const int n = static_cast<int>(nb - g0 < kBlocksPerGroup ? nb - g0 : kBlocksPerGroup);
+      bool used[kBlocksPerGroup] = {};
+      const uint8_t* sb = scales + r * nb + g0;
+      for (int i = 0; i < n; ++i) {
+        const uint8_t* pb = packed + r * (K / 2) + (g0 + i) * (kMxBlock / 2);
+        for (int j = 0; j < kMxBlock / 2 && !used[i]; ++j) used[i] = (pb[j] & 0x77) != 0;
+      }
+      const uint8_t gb = group_scale_byte(sb, n, used);
+      if (gb == fmt::kE8m0Nan) continue;
+      for (int i = 0; i < n; ++i)
+        if (used[i] && gb - sb[i] > kMaxWeightSpread) {
+          if (why != nullptr)
+            *why = "row " + std::to_string(r) + ", K group " + std::to_string(g0 / kBlocksPerGroup) +
+                   ": block scale byte " + std::to_string(sb[i]) + " lies " +
+                   std::to_string(gb - sb[i]) + " binades below the group's " + std::to_string(gb) +
+                   " (the FP8 mode holds at most " + std::to_string(kMaxWeightSpread) + ")";
+          return false;
+        }
+    }
+  return true;
+}
+
+}  // namespace mxmoe::fp8mode
