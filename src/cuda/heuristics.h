@@ -46,8 +46,10 @@ constexpr int fast_depth(int nt, int64_t tokens) {
   return nt == 1 ? (tokens <= 1 ? 8 : 4) : nt == 2 ? 4 : 3;
 }
 /// The 16-row kernel also holds the 8-row body (plan_fast), so it gets 3 blocks per SM
-/// (170 registers): at 4 it spilled ~60-90 bytes. Measured (H200, graph, us) 3 vs 4
-/// blocks: M=12 333 / 365, M=16 387 / 377, M=24 751 / 774.
+/// (170 registers): at 4 it spilled 52-92 bytes; at 3 only GEMM2's keeps one 4-byte
+/// value in local memory, stored at block start and read in the epilogue (outside the
+/// loops). Measured (H200, graph, us) 3 vs 4 blocks: M=12 333 / 365, M=16 387 / 377,
+/// M=24 751 / 774.
 constexpr int fast_min_blocks(int nt, int depth) {
   return nt == 1 ? (depth >= 8 ? 3 : 5) : nt == 2 ? 3 : 2;
 }

@@ -529,7 +529,9 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
 
 /// Finishes warp_mma_diag: adds each token's per-lane sums over the lanes that hold it
 /// (accumulator column j holds token j % R), leaving token 2t + c of rows g, g + 8 in
-/// acc[mt][2h + c] of lane t (for 2t + c < R) as warp_mma_fast leaves it.
+/// acc[mt][2h + c] of lane t (for 2t + c < R) as warp_mma_fast leaves it. The other
+/// slots hold tokens >= R, which the epilogues never store (at R = 1 the c = 1 slots even
+/// add the already-finished c = 0 total in place: harmless, and cheaper than a copy).
 template <int R>
 __device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
 #pragma unroll
