@@ -14,12 +14,12 @@
 // group are refused at load time (weights_fit_fp8_mode), never silently rounded.
 // Activations: e4m3(c) * 2^-(T - t) is rounded to E4M3 (RNE): exact while it stays in
 // E4M3's normal range, else rounded to the subnormal grid, off by at most 2^-10 of the
-// group scale (activation_error_bound). Products of the
-// re-expressed operands are exact in the tensor cores; their FP8 accumulation over 128 K
-// and its promotion to fp32 are the kernel's and are measured there (docs/FP8_MODE.md).
+// group scale (activation_error_bound). Products of the re-expressed operands are exact
+// in the tensor cores; their FP8 accumulation over 128 K and its promotion to fp32 belong
+// to the kernels (not written yet) and are to be measured there (docs/FP8_MODE.md).
 //
-// Host and device: the load-time weight conversion and the activation staging kernel
-// share these functions with the CPU emulation and the tests.
+// Host and device functions, so that the load-time weight conversion and the activation
+// staging kernel can share them with the tests.
 #pragma once
 
 #include <cstdint>
