@@ -49,11 +49,6 @@ MXMOE_HD uint8_t group_scale_byte(const uint8_t* block_bytes, int n, const bool*
   return g;
 }
 
-/// The E4M3 code of 2^e * 1.0, for -9 <= e <= 8 (subnormal below 2^-6).
-MXMOE_HD uint8_t e4m3_pow2_code(int e) {
-  return e >= -6 ? static_cast<uint8_t>((e + 7) << 3) : static_cast<uint8_t>(1u << (e + 9));
-}
-
 /// Weight element: E2M1 code `c` of a block with scale byte `block_byte`, re-expressed
 /// under the group byte `group_byte` (>= block_byte): the E4M3 code of
 /// e2m1(c) * 2^(block_byte - group_byte). Exact for a spread up to kMaxWeightSpread (the
