@@ -101,6 +101,22 @@ const char* to_string(OutputFormat f) {
   return "unknown";
 }
 
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::Exact: return "exact";
+    case Precision::FP8: return "fp8";
+  }
+  return "unknown";
+}
+
+Precision parse_precision(const std::string& s, const char* argument) {
+  const std::string l = lower(s);
+  if (l == "exact") return Precision::Exact;
+  if (l == "fp8") return Precision::FP8;
+  throw InvalidArgument(argument ? argument : "precision",
+                        detail::cat("unknown precision '", s, "' (expected exact or fp8)"));
+}
+
 Activation parse_activation(const std::string& s, const char* argument) {
   const std::string l = lower(s);
   if (l == "situ") return Activation::SiTU;
@@ -241,6 +257,13 @@ void MoeConfig::validate() const {
                   "config.scale_rule", "invalid value ", static_cast<int>(scale_rule));
   MXMOE_CHECK_ARG(std::isfinite(output_scale), "config.output_scale", "value ", output_scale,
                   " is not finite");
+  MXMOE_CHECK_ARG(precision == Precision::Exact || precision == Precision::FP8,
+                  "config.precision", "invalid value ", static_cast<int>(precision));
+  if (precision == Precision::FP8)
+    MXMOE_CHECK_ARG(input_format == InputFormat::MXFP8 && intermediate_format == IntermediateFormat::MXFP8,
+                    "config.precision",
+                    "fp8 re-expresses MXFP8 activations: it needs input_format and "
+                    "intermediate_format mxfp8");
 }
 
 std::string MoeConfig::describe() const {
@@ -263,6 +286,7 @@ std::string MoeConfig::describe() const {
      << " out=" << to_string(output_format)
      << " scale_rule=" << (scale_rule == ScaleRule::Floor ? "floor" : "round_up")
      << " bias=" << (has_bias ? "yes" : "no") << " output_scale=" << output_scale;
+  if (precision != Precision::Exact) os << " precision=" << to_string(precision);
   return os.str();
 }
 

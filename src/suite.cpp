@@ -57,6 +57,15 @@ Tolerance tolerance_for(IntermediateFormat f) {
   return {1e-3, 0.9999, 1e-2, 1e-2};
 }
 
+Tolerance tolerance_for(const MoeConfig& cfg) {
+  // FP8 mode: the tensor cores' FP8 accumulation inside each 128-K group (about 2^-14
+  // relative, not fp32) and the activation re-expression flip intermediate E4M3 codes
+  // about a hundred times as often as the exact path's fp32 sums do; each flip moves a
+  // row as described at small_config. Element bounds are reported, not judged.
+  if (cfg.precision == Precision::FP8) return {2e-2, 0.9998, 1e-1, 2e-1};
+  return tolerance_for(cfg.intermediate_format);
+}
+
 namespace {
 
 MoeConfig small_config(Activation act) {
@@ -472,7 +481,7 @@ CaseResult judge_case(const SuiteCase& c, const CaseData& d, Backend backend, ui
     r.near_ties_taken = ties.taken;
     r.output_ties_taken = ties.output_taken;
 
-    const Tolerance tol = tolerance_for(d.cfg.intermediate_format);
+    const Tolerance tol = tolerance_for(d.cfg);
     double ss = 0;
     int64_t n = 0;
     for (double v : ref)

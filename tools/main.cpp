@@ -132,13 +132,25 @@ int cmd_info(bool as_json) {
 
 // ------------------------------------------------------------------ validate
 int cmd_validate(const std::string& suite, const std::string& backend_name, const std::string& json_path,
-                 uint64_t seed, const std::string& filter) {
+                 uint64_t seed, const std::string& filter, const std::string& precision_name) {
+  const Precision precision = parse_precision(precision_name, "--precision");
   const Backend backend = parse_backend(backend_name);
   if (backend == Backend::Cuda && !cuda_built())
     throw Unsupported("--backend cuda: this build has no CUDA engine (nvcc was not found at configure time); use --backend cpu");
   if (backend == Backend::Cuda && cuda_device_count() == 0)
     throw Unsupported("--backend cuda: no CUDA GPU is visible on this machine; use --backend cpu");
   std::vector<SuiteCase> cases = suite_cases(suite);
+  if (precision == Precision::FP8) {
+    // The FP8 mode re-expresses MXFP8 activations: the cases with BF16 activations or
+    // intermediate do not apply (config.validate would refuse them).
+    const size_t all = cases.size();
+    std::erase_if(cases, [](const SuiteCase& c) {
+      return c.cfg.input_format != InputFormat::MXFP8 || c.cfg.intermediate_format != IntermediateFormat::MXFP8;
+    });
+    for (SuiteCase& c : cases) c.cfg.precision = Precision::FP8;
+    std::cerr << "--precision fp8: " << cases.size() << " of " << all
+              << " cases (those with MXFP8 activations and intermediate)\n";
+  }
   std::vector<CaseResult> results;
   int i = 0;
   for (const SuiteCase& c : cases) {
@@ -155,9 +167,11 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
   print_results(results);
   int failed = 0;
   for (const CaseResult& r : results) failed += r.status != CaseResult::Status::Pass;
-  std::cout << "validate --suite " << suite << " --backend " << backend_name << " --seed " << seed << ": "
+  std::cout << "validate --suite " << suite << " --backend " << backend_name
+            << (precision == Precision::FP8 ? " --precision fp8" : "") << " --seed " << seed << ": "
             << results.size() - failed << " passed, " << failed << " failed\n";
-  json j = {{"suite", suite}, {"backend", backend_name}, {"seed", seed}, {"cases", json::array()}};
+  json j = {{"suite", suite}, {"backend", backend_name}, {"precision", to_string(precision)},
+            {"seed", seed}, {"cases", json::array()}};
   for (const CaseResult& r : results) j["cases"].push_back(result_json(r));
   j["passed"] = results.size() - failed;
   j["failed"] = failed;
@@ -277,6 +291,7 @@ struct BenchOptions {
   // per rank, every rank's tokens route uniformly over all 896 experts, and the layer
   // runs on the tokens that hit this rank's 28 experts, with their other slots skipped.
   int ep_ranks = 1;
+  std::string precision = "exact";  // fp8: the FP8 mode (docs/FP8_MODE.md), its peak the ceiling
 };
 
 int cmd_bench(const BenchOptions& o) {
@@ -292,6 +307,9 @@ int cmd_bench(const BenchOptions& o) {
   cfg.hidden = 3584;
   cfg.intermediate = 3072;
   cfg.activation = ActivationParams::situ();
+  cfg.precision = parse_precision(o.precision, "--precision");
+  const bool fp8 = cfg.precision == Precision::FP8;
+  const double mma_tflops = fp8 ? o.fp8_tflops : o.bf16_tflops;
   const int64_t E = cfg.local_experts(), K = cfg.hidden, N = cfg.intermediate;
   if (o.ep_ranks != 1 && (o.ep_ranks < 1 || cfg.num_experts % o.ep_ranks != 0 ||
                           cfg.num_experts / o.ep_ranks != E))
@@ -373,7 +391,7 @@ int cmd_bench(const BenchOptions& o) {
     for (int32_t id : r.ids) local_slots += id >= first && id < first + E;
     const double flops = flops_per_row * static_cast<double>(local_slots);
     const double hbm_floor_us = bytes / (o.hbm_tbps * 1e12) * 1e6;
-    const double mma_floor_us = flops / (o.bf16_tflops * 1e12) * 1e6;
+    const double mma_floor_us = flops / (mma_tflops * 1e12) * 1e6;
     const std::string key = std::to_string(M);  // the baseline is single-GPU only
     const std::string label = o.ep_ranks > 1 ? std::to_string(M_in) + "/rank->" + key : key;
     const double torch_us = o.ep_ranks == 1 && baseline.contains(key) ? baseline[key].get<double>() : 0.0;
@@ -389,12 +407,13 @@ int cmd_bench(const BenchOptions& o) {
                      {"median_us", us}, {"min_us", tm.min_us}, {"max_us", tm.max_us},
                      {"iterations", tm.iterations}, {"tbps", bytes / (us * 1e-6) / 1e12},
                      {"tflops", flops / (us * 1e-6) / 1e12}, {"hbm_floor_us", hbm_floor_us},
-                     {"mma_floor_us", mma_floor_us}, {"torch_us", torch_us}});
+                     {"mma_floor_us", mma_floor_us}, {"torch_us", torch_us},
+                     {"precision", o.precision}, {"mma_tflops_ceiling", mma_tflops}});
     }
   }
   std::cout << "mxmoe bench: Kimi-K3 (E_local 28, K 3584, N 3072, top-16, SiTU, MXFP8 in/intermediate), "
             << "median of " << o.iterations << ", cold L2; floors at " << o.hbm_tbps << " TB/s and "
-            << o.bf16_tflops << " TFLOP/s (BF16)\n";
+            << mma_tflops << " TFLOP/s (" << (fp8 ? "FP8; precision fp8" : "BF16") << ")\n";
   t.print(std::cout);
   write_json(o.json_path, {{"cases", out}});
   return 0;
@@ -427,13 +446,15 @@ int main(int argc, char** argv) {
   run->add_option("--json", ro.json_path, "write results as JSON ('-' for stdout)");
 
   auto* val = app.add_subcommand("validate", "run the SPEC §8 coverage matrix against the float64 reference");
-  std::string suite = "smoke", backend = "cpu", vjson, filter;
+  std::string suite = "smoke", backend = "cpu", vjson, filter, vprecision = "exact";
   uint64_t vseed = 0;
   val->add_option("--suite", suite, "smoke | real | all");
   val->add_option("--backend", backend, "cpu | cuda");
   val->add_option("--json", vjson, "write results as JSON ('-' for stdout)");
   val->add_option("--seed", vseed, "base seed (default: fresh)");
   val->add_option("--filter", filter, "only cases whose name contains this");
+  val->add_option("--precision", vprecision,
+                  "exact | fp8 (the CUDA FP8 mode on the cases with MXFP8 activations, judged by its bound)");
 
   auto* bench = app.add_subcommand("bench", "time the CUDA engine on Kimi-K3 shapes against the H200 floors");
   BenchOptions bo;
@@ -443,6 +464,8 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bo.json_path, "write results as JSON");
   bench->add_option("--hbm-tbps", bo.hbm_tbps, "HBM ceiling for the floor (measured copy bandwidth)");
   bench->add_option("--bf16-tflops", bo.bf16_tflops, "BF16 tensor-core ceiling");
+  bench->add_option("--fp8-tflops", bo.fp8_tflops, "FP8 tensor-core ceiling (with --precision fp8)");
+  bench->add_option("--precision", bo.precision, "exact | fp8 (the FP8 mode, docs/FP8_MODE.md)");
   bench->add_option("--ep-ranks", bo.ep_ranks,
                     "model EP over this many ranks (32): --tokens are per rank; time this rank's share");
 
@@ -480,7 +503,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*info) return cmd_info(info_json);
-    if (*val) return cmd_validate(suite, backend, vjson, vseed ? vseed : fresh_seed(), filter);
+    if (*val) return cmd_validate(suite, backend, vjson, vseed ? vseed : fresh_seed(), filter, vprecision);
     if (*run) return cmd_run(ro);
     if (*bench) return cmd_bench(bo);
     if (*ep_bench) return cmd_ep_bench(ebo);

@@ -18,11 +18,20 @@ enum class InputFormat : int { BF16 = 0, MXFP8 = 1 };
 /// Format of the intermediate (after the gated activation) GEMM2 consumes.
 enum class IntermediateFormat : int { BF16 = 0, MXFP8 = 1 };
 enum class OutputFormat : int { BF16 = 0, FP32 = 1 };
+/// How the CUDA engine's prefill path multiplies (SPEC §7, docs/FP8_MODE.md). Exact: MX
+/// semantics bit for bit in every product. FP8: Hopper FP8 tensor cores on operands
+/// re-expressed with one scale per 128 of K (fp8_mode.h), opt-in, with a documented
+/// error bound; weights it cannot hold exactly are refused when the layer is built. The
+/// decode path and the CPU engine are exact in both.
+enum class Precision : int { Exact = 0, FP8 = 1 };
 
 const char* to_string(Activation a);
 const char* to_string(InputFormat f);
 const char* to_string(IntermediateFormat f);
 const char* to_string(OutputFormat f);
+const char* to_string(Precision p);
+/// Parse "exact" | "fp8"; throws InvalidArgument(argument).
+Precision parse_precision(const std::string& s, const char* argument = "precision");
 /// Parse "situ" | "swiglu" (SwiGLU-OAI) | "silu"; throws InvalidArgument(argument).
 Activation parse_activation(const std::string& s, const char* argument = "activation");
 
@@ -67,6 +76,7 @@ struct MoeConfig {
   ScaleRule scale_rule = ScaleRule::RoundUp;  // for run-time quantization
   bool has_bias = false;      // GPT-OSS: w13_bias [E][2N], w2_bias [E][K]
   float output_scale = 1.0f;  // routed_scaling_factor when applied on the output
+  Precision precision = Precision::Exact;
 
   int64_t local_experts() const;
   /// Local index of global expert id, or -1 when another rank owns it (or id == -1).

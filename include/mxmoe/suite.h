@@ -56,6 +56,9 @@ struct Tolerance {
   double max_rel_l2, min_cosine, rtol, atol_rms;
 };
 Tolerance tolerance_for(IntermediateFormat f);
+/// The bounds a layer of `cfg` is judged by: tolerance_for(intermediate_format), or the
+/// FP8 precision mode's documented bound (docs/FP8_MODE.md) when cfg.precision is fp8.
+Tolerance tolerance_for(const MoeConfig& cfg);
 
 struct CaseResult {
   std::string name, what;

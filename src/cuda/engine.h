@@ -64,6 +64,37 @@ struct MatView {
 std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts, int64_t rows,
                                           int64_t cols);
 
+// ---------------------------------------------------------------- FP8-mode weights
+//
+// The FP8 precision mode (fp8_mode.h, wgmma_fp8.cuh) streams weights as E4M3 codes with
+// one fp32 power-of-two scale per row and 128-K group, made at load time:
+//   codes [E][rows_p][cols_p] u8 (row-major, K contiguous, zero-padded)
+//   scale [E][groups][rows_p] f32 (a group's 128 consecutive rows are one 512-byte copy)
+// rows_p = rows rounded up to kF8Rows (the kernel's row block), cols_p = groups * 128.
+// W13 rows are reordered (`gate_up`) so that each 16 rows hold the gate rows of 8
+// intermediate columns followed by their up rows: a wgmma accumulator thread then holds
+// the gate and the up value of one column (rows g and g + 8) and the activation needs
+// no exchange. fp8_row 64j + 16w + r = kernel row 64j + 8w + r (r < 8, gate) or
+// 64j + 32 + 8w + r - 8 (up).
+inline constexpr int kF8Rows = 128;
+struct Fp8Dims {
+  int64_t rows = 0, rows_p = 0, cols = 0, cols_p = 0, groups = 0;
+};
+Fp8Dims fp8_dims(int64_t rows, int64_t cols);
+/// Kernel-layout row held at FP8 row `r` (identity unless gate_up).
+int64_t fp8_source_row(int64_t r, bool gate_up);
+/// Row-major MXFP4 (kernel layout) -> the FP8-mode layout above, exact; throws
+/// InvalidArgument(argument) naming the expert, row and group when a group's scale
+/// spread is beyond fp8mode::kMaxWeightSpread (weights_fit_fp8_mode).
+void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                 int64_t cols, bool gate_up, const char* argument, std::vector<uint8_t>& codes,
+                 std::vector<float>& scales);
+struct Fp8MatView {
+  const uint8_t* codes = nullptr;
+  const float* scale = nullptr;
+  int rows = 0, rows_p = 0, cols_p = 0, groups = 0;
+};
+
 // ---------------------------------------------------------------- workspace
 /// Where each buffer of one forward lives inside the caller's workspace. Sized and
 /// carved by this one function from (config, tokens), so workspace_size() and
@@ -88,6 +119,11 @@ struct WorkspaceLayout {
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate
   size_t ib_back = 0;      // f32 [M*k]
+  // FP8 mode (config.precision fp8, tokens >= kPrefillMinTokens; empty otherwise)
+  size_t xf = 0;           // u8 [M][Kp] x re-expressed (stage_fp8.cu), Kp = K up to 128
+  size_t xf_scale = 0;     // f32 [M][Kp/128]
+  size_t if8 = 0;          // u8 [M*k][Np] the intermediate re-expressed
+  size_t if8_scale = 0;    // f32 [M*k][Np/128]
   int gemm2_splits = 1;
   size_t total = 0;
   static WorkspaceLayout make(const MoeConfig& cfg, int64_t tokens);
@@ -163,6 +199,12 @@ struct Gemm1Params {
   int64_t xb_stride = 0;
   const float* xb_back = nullptr;
   const uint32_t* inexact = nullptr;
+  /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per
+  /// 128 of K (stage_fp8.cu), FP8 wgmma (wgmma_fp8.cuh). Takes precedence over `prefill`.
+  bool fp8 = false;
+  Fp8MatView w13f8;
+  const uint8_t* xf = nullptr;
+  const float* xf_scale = nullptr;
 };
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
 
@@ -191,6 +233,11 @@ struct Gemm2Params {
   int64_t ib_stride = 0;
   const float* ib_back = nullptr;
   const uint32_t* inexact = nullptr;
+  /// FP8 mode: as Gemm1Params::fp8, the intermediate re-expressed.
+  bool fp8 = false;
+  Fp8MatView w2f8;
+  const uint8_t* if8 = nullptr;
+  const float* if8_scale = nullptr;
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
 
@@ -228,6 +275,19 @@ struct StageBf16Params {
   uint32_t flag_bit = 0;
 };
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
+/// FP8-mode operand staging (stage_fp8.cu): MXFP8 rows (E4M3 codes + E8M0 scale per 32)
+/// -> E4M3 codes under one scale per 128 of K (fp8mode::activation_code), zero-padded to
+/// `stride` = groups * 128, and dst_scale[row][group] = 2^(group byte - 127).
+struct StageFp8Params {
+  const uint8_t* src = nullptr;        // [rows][cols] e4m3 codes
+  const uint8_t* scale = nullptr;      // [rows][cols/32]
+  int64_t rows = 0;
+  const int32_t* live_rows = nullptr;  // device count of rows in use, or null (all)
+  int64_t cols = 0, stride = 0;
+  uint8_t* dst = nullptr;              // [rows][stride]
+  float* dst_scale = nullptr;          // [rows][stride/128]
+};
+void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// CTAs of a prefill launch: one per SM of the current device (or fewer with the test
 /// knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
 int prefill_ctas();

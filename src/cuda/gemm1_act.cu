@@ -21,6 +21,7 @@
 #include "heuristics.h"
 #include "mx_mma.cuh"
 #include "mxmoe/activation_math.h"
+#include "wgmma_fp8.cuh"
 #include "wgmma_mx.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -402,6 +403,92 @@ void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
   MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
 }
 
+// FP8 mode (wgmma_fp8.cuh; engine.h fp8_weights): consumer warp w of warpgroup wg holds,
+// for 128 tokens, the gate (row g, acc[4j + c]) and the up value (row g + 8,
+// acc[4j + 2 + c]) of intermediate column 32 rg + 8w + g, rg = 2 rb + wg. The MXFP8 block
+// of a token's 32 columns spans the warpgroup's 4 warps: 3 xor-shuffles over g, then the
+// 4 warps meet in shared memory. Pass 1 rotates the accumulator as pf_store_activated.
+#if defined(MXMOE_SM90A)
+template <int kAct>
+__device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (&acc)[64],
+                                                   const PfTile& tile, int wg, float* s_amax) {
+  constexpr int kStep = 2;  // token blocks per iteration of pass 1
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int rg = tile.rb * 2 + wg;
+  const bool rg_ok = rg < p.w13f8.rows / 64;
+  const int e = tile.e, count = p.counts[e], off = p.offsets[e];
+  const int64_t N = p.intermediate;
+  const int kbN = static_cast<int>(N / kMxBlock);
+  const int col = 32 * rg + 8 * warp + g;
+  const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+  const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
+  const float bias_g = bias ? bias[8 * warp + g] : 0.0f;
+  const float bias_u = bias ? bias[32 + 8 * warp + g] : 0.0f;
+  const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
+  float* s_amax_w = s_amax + (wg * 4 + warp) * kPfTokens;
+  const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
+#pragma unroll 1
+  for (int j0 = 0; j0 < 16; j0 += kStep) {
+#pragma unroll
+    for (int jj = 0; jj < kStep; ++jj) {
+      if (8 * (j0 + jj) >= rows_left) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float gate = acc[4 * jj + c], up = acc[4 * jj + 2 + c];
+        if (bias) {
+          gate = gate + bias_g;
+          up = up + bias_u;
+        }
+        const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+        acc[4 * jj + c] = v;
+        float amax = fabsf(v);  // fmaxf drops NaN, as fmt::block_amax does
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+        if (g == 0) s_amax_w[8 * (j0 + jj) + 2 * t + c] = amax;
+      }
+    }
+    rotate_down<kStep>(acc);
+  }
+  named_barrier_sync(barrier, 128);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    if (8 * j >= rows_left) break;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int n = 8 * j + 2 * t + c;
+      const int row = tile.tt * kPfTokens + n;
+      if (row >= count) continue;
+      const float* am4 = s_amax + wg * 4 * kPfTokens + n;
+      const float amax = fmaxf(fmaxf(am4[0], am4[kPfTokens]), fmaxf(am4[2 * kPfTokens], am4[3 * kPfTokens]));
+      const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+      const int64_t grow = off + row;
+      static_cast<uint8_t*>(p.inter)[grow * N + col] = fmt::float_to_e4m3(acc[4 * j + c] * fmt::mx_inv_scale(sb));
+      if (warp == 0 && g == 0) p.inter_scale[grow * kbN + rg] = sb;
+    }
+  }
+  named_barrier_sync(barrier, 128);  // s_amax is rewritten for the next tile
+}
+#endif
+
+__global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Params p) {
+#if defined(MXMOE_SM90A)
+  extern __shared__ uint8_t f8_smem[];
+  const F8Operands o{.w = p.w13f8.codes, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
+                     .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
+                     .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
+                     .num_local = p.num_local};
+  f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
+    switch (p.activation) {
+      case 0: f8_store_activated<0>(p, acc, tile, wg, ring.amax); break;
+      case 1: f8_store_activated<1>(p, acc, tile, wg, ring.amax); break;
+      default: f8_store_activated<2>(p, acc, tile, wg, ring.amax); break;
+    }
+  });
+#endif
+}
+
 template <int NT, bool kFp8X, bool kFp8Inter>
 void launch_t(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -427,6 +514,18 @@ bool prefill_kernels_available() {
 }
 
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
+  if (p.fp8) {
+    MXMOE_CHECK_ARG(p.xf != nullptr && p.xf_scale != nullptr && p.w13f8.codes != nullptr &&
+                        p.inter_fp8 && p.w13f8.rows_p % kF8Rows == 0 && p.w13f8.rows % 64 == 0,
+                    "Gemm1Params.xf", "the FP8 mode needs the staged x and its scales, the FP8 "
+                    "weights and an MXFP8 intermediate");
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          kF8SmemBytes));
+    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel), "gemm1_fp8_kernel");
+    gemm1_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
+    MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
+    return;
+  }
   if (p.prefill) {
     MXMOE_CHECK_ARG(p.xb != nullptr && p.xb_back != nullptr && p.inexact != nullptr,
                     "Gemm1Params.xb", "the prefill path needs the staged x, its range factors "

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "heuristics.h"
 #include "mx_mma.cuh"
+#include "wgmma_fp8.cuh"
 #include "wgmma_mx.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -226,7 +227,7 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
       const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
       if (row >= count) continue;
       const int64_t grow = off + row;
-      const float back = s_back[8 * j + 2 * t + c];
+      const float back = s_back != nullptr ? s_back[8 * j + 2 * t + c] : 1.0f;
       float* yr = p.y + grow * K;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -239,6 +240,20 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
     }
 }
 #endif
+
+// FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
+// rg = 2 rb + wg, every scale already applied in the promotion (no range factor).
+__global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Params p) {
+#if defined(MXMOE_SM90A)
+  extern __shared__ uint8_t f8_smem[];
+  const F8Operands o{.w = p.w2f8.codes, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
+                     .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
+                     .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
+  f8_run(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
+    pf_store_y(p, acc, tile.rb * 2 + wg, tile, nullptr);
+  });
+#endif
+}
 
 __global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm2Params p) {
 #if defined(MXMOE_SM90A)
@@ -272,6 +287,18 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
+  if (p.fp8) {
+    MXMOE_CHECK_ARG(p.if8 != nullptr && p.if8_scale != nullptr && p.w2f8.codes != nullptr &&
+                        p.splits == 1 && p.w2f8.rows_p % kF8Rows == 0,
+                    "Gemm2Params.if8", "the FP8 mode needs the staged intermediate and its "
+                    "scales, the FP8 weights and no split");
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          kF8SmemBytes));
+    f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");
+    gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
+    MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
+    return;
+  }
   if (p.prefill) {
     MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_back != nullptr && p.inexact != nullptr && p.splits == 1,
                     "Gemm2Params.ib", "the prefill path needs the staged intermediate, its "

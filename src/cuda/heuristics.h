@@ -132,6 +132,12 @@ inline constexpr uint8_t kPrefillMaxWeightScale = 128;
 inline bool use_prefill(int64_t tokens, bool capable) {
   return capable && tokens >= kPrefillMinTokens;
 }
+/// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) replaces the
+/// prefill path from the same size on; below it the exact decode path runs (its
+/// weights stream at the HBM limit either way).
+inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
+  return fp8_mode && tokens >= kPrefillMinTokens;
+}
 /// Bits of the prefill path's per-forward word: an activation row (x) or an intermediate
 /// row held a value that BF16 cannot hold exactly (stage_bf16.cu), so that GEMM runs on
 /// the generic path instead (both kernels are launched; each reads the bit and one exits).

@@ -15,6 +15,7 @@
 #include "heuristics.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
+#include "mxmoe/fp8_mode.h"
 
 namespace mxmoe {
 
@@ -186,6 +187,64 @@ std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts,
   return f;
 }
 
+Fp8Dims fp8_dims(int64_t rows, int64_t cols) {
+  Fp8Dims d;
+  d.rows = rows;
+  d.cols = cols;
+  d.rows_p = (rows + kF8Rows - 1) / kF8Rows * kF8Rows;
+  d.groups = (cols + fp8mode::kGroup - 1) / fp8mode::kGroup;
+  d.cols_p = d.groups * fp8mode::kGroup;
+  return d;
+}
+
+int64_t fp8_source_row(int64_t r, bool gate_up) {
+  if (!gate_up) return r;
+  const int64_t j = r / 64, w = (r % 64) / 16, i = r % 16;
+  return 64 * j + (i < 8 ? 8 * w + i : 32 + 8 * w + (i - 8));
+}
+
+void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                 int64_t cols, bool gate_up, const char* argument, std::vector<uint8_t>& codes,
+                 std::vector<float>& scales) {
+  const Fp8Dims d = fp8_dims(rows, cols);
+  const int64_t nb = cols / kMxBlock;
+  codes.assign(static_cast<size_t>(experts * d.rows_p * d.cols_p), 0u);
+  scales.assign(static_cast<size_t>(experts * d.groups * d.rows_p), 0.0f);
+  for (int64_t e = 0; e < experts; ++e) {
+    std::string why;
+    const uint8_t* pe = packed + e * rows * (cols / 2);
+    const uint8_t* se = scale + e * rows * nb;
+    if (!fp8mode::weights_fit_fp8_mode(pe, se, rows, cols, &why))
+      throw InvalidArgument(argument, detail::cat("expert ", e, " ", why,
+                                                  ": use precision exact for these weights"));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = fp8_source_row(r, gate_up);
+      const uint8_t* pr = pe + src * (cols / 2);
+      const uint8_t* sr = se + src * nb;
+      uint8_t* cr = codes.data() + (e * d.rows_p + r) * d.cols_p;
+      for (int64_t g = 0; g < d.groups; ++g) {
+        const int64_t b0 = g * fp8mode::kBlocksPerGroup;
+        const int n = static_cast<int>(std::min<int64_t>(fp8mode::kBlocksPerGroup, nb - b0));
+        // A block takes part in the group's scale when it holds a nonzero code or a NaN
+        // scale (0 x NaN is NaN in MX: the group must become NaN too).
+        bool used[fp8mode::kBlocksPerGroup] = {};
+        for (int i = 0; i < n; ++i) {
+          used[i] = sr[b0 + i] == fmt::kE8m0Nan;
+          for (int j = 0; j < kMxBlock / 2 && !used[i]; ++j) used[i] = (pr[(b0 + i) * 16 + j] & 0x77) != 0;
+        }
+        const uint8_t gb = fp8mode::group_scale_byte(sr + b0, n, used);
+        scales[static_cast<size_t>((e * d.groups + g) * d.rows_p + r)] = fmt::e8m0_to_float(gb);
+        for (int i = 0; i < n; ++i)
+          for (int k = 0; k < kMxBlock; ++k) {
+            const int64_t col = (b0 + i) * kMxBlock + k;
+            const uint8_t c = static_cast<uint8_t>((pr[col / 2] >> (4 * (col % 2))) & 0xF);
+            cr[col] = used[i] ? fp8mode::weight_code(c, sr[b0 + i], gb) : uint8_t{0};
+          }
+      }
+    }
+  }
+}
+
 WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   const size_t M = static_cast<size_t>(tokens), k = static_cast<size_t>(cfg.top_k);
   const size_t K = static_cast<size_t>(cfg.hidden), N = static_cast<size_t>(cfg.intermediate);
@@ -224,6 +283,13 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
     l.ib_back = take(pairs * 4);
+    if (cfg.precision == Precision::FP8) {
+      const size_t Kg = (K + 127) / 128, Ng = (N + 127) / 128;
+      l.xf = take(M * Kg * 128);
+      l.xf_scale = take(M * Kg * 4);
+      l.if8 = take(pairs * Ng * 128);
+      l.if8_scale = take(pairs * Ng * 4);
+    }
   }
   l.total = align256(off);
   return l;
@@ -241,6 +307,8 @@ struct CudaMoeLayer::Impl {
   RoutingParams routing;
   TiledDims d13, d2;
   bool prefill_ok = false;  // heuristics.h use_prefill: sm_90a kernels and weight scales
+  Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
+  DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
 };
 
@@ -321,6 +389,38 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     };
     s.prefill_ok = prop.major == 9 && prefill_kernels_available() && in_range(weights.w13_scale) &&
                    in_range(weights.w2_scale);
+  }
+  if (cfg.precision == Precision::FP8) {
+    if (prop.major != 9 || !prefill_kernels_available())
+      throw Unsupported(detail::cat("config.precision fp8: needs Hopper (sm_90) and this build's "
+                                    "sm_90a kernels; device ", dev, " is sm_", prop.major,
+                                    prop.minor, ": use precision exact"));
+    // The promotion multiplies by the product of a weight and an activation group scale
+    // in fp32: weight scales stay in the exact prefill path's range (|w| <= 12).
+    const auto max_byte = [](const std::vector<uint8_t>& v) {
+      uint8_t m = 0;
+      for (uint8_t b : v)
+        if (b != fmt::kE8m0Nan) m = std::max(m, b);
+      return m;
+    };
+    MXMOE_CHECK_ARG(max_byte(weights.w13_scale) <= kPrefillMaxWeightScale, "weights.w13_scale",
+                    "holds a scale byte above ", int{kPrefillMaxWeightScale},
+                    ", outside the fp8 precision mode's range: use precision exact");
+    MXMOE_CHECK_ARG(max_byte(weights.w2_scale) <= kPrefillMaxWeightScale, "weights.w2_scale",
+                    "holds a scale byte above ", int{kPrefillMaxWeightScale},
+                    ", outside the fp8 precision mode's range: use precision exact");
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    s.f13 = fp8_dims(2 * N, K);
+    fp8_weights(weights.w13_packed.data(), weights.w13_scale.data(), s.num_local, 2 * N, K, true,
+                "weights.w13_scale", codes, scales);
+    s.w13c = upload(codes);
+    s.w13g = upload(scales);
+    s.f2 = fp8_dims(K, N);
+    fp8_weights(weights.w2_packed.data(), weights.w2_scale.data(), s.num_local, K, N, false,
+                "weights.w2_scale", codes, scales);
+    s.w2c = upload(codes);
+    s.w2g = upload(scales);
   }
   if (cfg.has_bias) {
     s.b13 = upload(weights.w13_bias);
@@ -473,9 +573,18 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
 
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
-  const bool prefill = use_prefill(M, s.prefill_ok);
+  // FP8 mode (config.precision fp8) at prefill sizes; otherwise the exact paths.
+  const bool fp8 = use_fp8_prefill(M, cfg.precision == Precision::FP8);
+  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok);
   uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
+  StageFp8Params fx;
+  if (fp8) {
+    fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = M, .cols = K,
+                        .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
+                        .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale)};
+    launch_stage_fp8(fx, st);
+  }
   if (prefill) {
     MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t), st));
     sx = StageBf16Params{.src = x, .scale = xs, .fp8 = x_fp8, .rows = M, .cols = K,
@@ -517,6 +626,14 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.xb_back = sx.back;
     g1.inexact = inexact;
   }
+  if (fp8) {
+    g1.fp8 = true;
+    g1.w13f8 = Fp8MatView{static_cast<const uint8_t*>(s.w13c.get()), static_cast<const float*>(s.w13g.get()),
+                          static_cast<int>(s.f13.rows), static_cast<int>(s.f13.rows_p),
+                          static_cast<int>(s.f13.cols_p), static_cast<int>(s.f13.groups)};
+    g1.xf = fx.dst;
+    g1.xf_scale = fx.dst_scale;
+  }
   launch_gemm1(g1, st);
 
   Gemm2Params g2;
@@ -555,6 +672,22 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.ib_stride = si.stride;
     g2.ib_back = si.back;
     g2.inexact = inexact;
+  }
+  if (fp8) {
+    const StageFp8Params fi{.src = static_cast<const uint8_t*>(g1.inter), .scale = g1.inter_scale,
+                            .rows = M * k, .live_rows = pp.offsets + pp.num_local,
+                            .cols = N, .stride = s.f2.cols_p,
+                            .dst = reinterpret_cast<uint8_t*>(ws + L.if8),
+                            .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale)};
+    launch_stage_fp8(fi, st);
+    g2.fp8 = true;
+    g2.splits = 1;
+    g2.back = nullptr;
+    g2.w2f8 = Fp8MatView{static_cast<const uint8_t*>(s.w2c.get()), static_cast<const float*>(s.w2g.get()),
+                         static_cast<int>(s.f2.rows), static_cast<int>(s.f2.rows_p),
+                         static_cast<int>(s.f2.cols_p), static_cast<int>(s.f2.groups)};
+    g2.if8 = fi.dst;
+    g2.if8_scale = fi.dst_scale;
   }
   launch_gemm2(g2, st);
 

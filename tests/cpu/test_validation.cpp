@@ -266,6 +266,29 @@ TEST(ConfigValidate, RejectsNonFiniteOutputScale) {
   EXPECT_EQ(config_rejects([](MoeConfig& c) { c.output_scale = kNaNF; }), "config.output_scale");
   EXPECT_EQ(config_rejects([](MoeConfig& c) { c.output_scale = -kInfF; }), "config.output_scale");
 }
+TEST(ConfigValidate, Fp8PrecisionNeedsMxfp8ActivationsAndAValidValue) {
+  EXPECT_EQ(config_rejects([](MoeConfig& c) { c.precision = static_cast<Precision>(2); }), "config.precision");
+  EXPECT_EQ(config_rejects([](MoeConfig& c) {
+              c.precision = Precision::FP8;
+              c.input_format = InputFormat::BF16;
+            }),
+            "config.precision");
+  EXPECT_EQ(config_rejects([](MoeConfig& c) {
+              c.precision = Precision::FP8;
+              c.input_format = InputFormat::MXFP8;
+              c.intermediate_format = IntermediateFormat::BF16;
+            }),
+            "config.precision");
+  MoeConfig c = good_config();
+  c.input_format = InputFormat::MXFP8;
+  c.intermediate_format = IntermediateFormat::MXFP8;
+  c.precision = Precision::FP8;
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(parse_precision("FP8"), Precision::FP8);
+  EXPECT_EQ(parse_precision("exact"), Precision::Exact);
+  EXPECT_EQ(rejected_message([] { parse_precision("fp4", "--precision"); }),
+            "--precision: unknown precision 'fp4' (expected exact or fp8)");
+}
 TEST(ConfigValidate, MessageNamesTheBadValue) {
   MoeConfig c = good_config();
   c.top_k = 17;

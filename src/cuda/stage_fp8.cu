@@ -1,0 +1,100 @@
+// stage_fp8.cu — the FP8 mode's activation staging (fp8_mode.h, wgmma_fp8.cuh): MXFP8
+// rows (E4M3 codes, one E8M0 scale per 32) -> E4M3 codes under one power-of-two scale per
+// group of 128 along K, once per forward for x and for the intermediate.
+//
+// A group's byte T is the largest scale byte of its blocks that hold a nonzero code or a
+// NaN scale (an all-zero block adds nothing whatever its scale; a NaN scale poisons the
+// block, so it poisons the group). Each code of a block with byte t is re-expressed as
+// fp8mode::activation_code(c, t, T): while the result stays in E4M3's normal range it is
+// the same code with its exponent lowered by T - t (exact, the fast path here); below it
+// rounds onto the subnormal grid (the mode's bounded error). Codes past `cols` are zeros
+// up to `stride`; dst_scale holds 2^(T - 127) as fp32.
+#include "common.cuh"
+#include "engine.h"
+#include "mxmoe/formats.h"
+#include "mxmoe/fp8_mode.h"
+
+namespace mxmoe::cuda_detail {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;  // one warp per row, one lane per group of 128
+constexpr int kGroupBlocks = fp8mode::kBlocksPerGroup;
+
+/// activation_code with its exact common case inline: a normal code whose exponent field
+/// stays >= 1 after lowering by d keeps its mantissa. NaN (magnitude 0x7F) and everything
+/// that leaves the normal range take the rounding path.
+__device__ __forceinline__ uint32_t lower_code(uint32_t c, int d, uint8_t block_byte, uint8_t group_byte) {
+  const uint32_t mag = c & 0x7Fu;
+  if (group_byte == fmt::kE8m0Nan) return fmt::kE4m3Nan | (c & 0x80u);  // as activation_code
+  if (d == 0 || mag == 0) return c;
+  if (mag != 0x7Fu && static_cast<int>(mag >> 3) > d) return c - (static_cast<uint32_t>(d) << 3);
+  return fp8mode::activation_code(static_cast<uint8_t>(c), block_byte, group_byte);
+}
+
+__global__ void __launch_bounds__(kRowsPerBlock * 32) stage_fp8_kernel(const StageFp8Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (row >= p.rows) return;
+  if (p.live_rows != nullptr && row >= *p.live_rows) return;
+  const int kb = static_cast<int>(p.cols / kMxBlock);
+  const int groups = static_cast<int>(p.stride / fp8mode::kGroup);
+  const uint8_t* src = p.src + row * p.cols;
+  const uint8_t* sc = p.scale + row * kb;
+  for (int grp = lane; grp < groups; grp += 32) {
+    const int b0 = grp * kGroupBlocks;
+    uint4 in[kGroupBlocks][2];
+    uint8_t bytes[kGroupBlocks];
+    bool used[kGroupBlocks];
+#pragma unroll
+    for (int i = 0; i < kGroupBlocks; ++i) {
+      const bool real = b0 + i < kb;
+      bytes[i] = real ? sc[b0 + i] : uint8_t{0};
+      const uint4* q = reinterpret_cast<const uint4*>(src + (b0 + i) * kMxBlock);
+      in[i][0] = real ? q[0] : make_uint4(0, 0, 0, 0);
+      in[i][1] = real ? q[1] : make_uint4(0, 0, 0, 0);
+      const uint4 a = in[i][0], b = in[i][1];
+      const uint32_t any = (a.x | a.y | a.z | a.w | b.x | b.y | b.z | b.w) & 0x7F7F7F7Fu;
+      used[i] = real && (any != 0 || bytes[i] == fmt::kE8m0Nan);
+    }
+    const uint8_t T = fp8mode::group_scale_byte(bytes, kGroupBlocks, used);
+    uint4* out = reinterpret_cast<uint4*>(p.dst + row * p.stride + grp * fp8mode::kGroup);
+#pragma unroll
+    for (int i = 0; i < kGroupBlocks; ++i) {
+      const int d = static_cast<int>(T) - static_cast<int>(bytes[i]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4] = {in[i][h].x, in[i][h].y, in[i][h].z, in[i][h].w};
+        if (!used[i]) {
+          w[0] = w[1] = w[2] = w[3] = 0u;
+        } else if (T == fmt::kE8m0Nan || d != 0) {  // (d == 0: every code stays)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            uint32_t o = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              o |= lower_code((w[j] >> (8 * k)) & 0xFFu, d, bytes[i], T) << (8 * k);
+            w[j] = o;
+          }
+        }
+        out[2 * i + h] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    p.dst_scale[row * groups + grp] = fmt::e8m0_to_float(T);
+  }
+}
+
+}  // namespace
+
+void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream) {
+  MXMOE_CHECK_ARG(p.cols % kMxBlock == 0 && p.stride % fp8mode::kGroup == 0 && p.stride >= p.cols &&
+                      p.stride < p.cols + fp8mode::kGroup,
+                  "StageFp8Params.stride", p.stride, ": needs cols ", p.cols,
+                  " rounded up to a multiple of ", fp8mode::kGroup);
+  if (p.rows == 0) return;
+  const unsigned grid = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  stage_fp8_kernel<<<grid, kRowsPerBlock * 32, 0, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("stage_fp8_kernel");
+}
+
+}  // namespace mxmoe::cuda_detail

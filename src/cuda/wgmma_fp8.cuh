@@ -1,0 +1,241 @@
+// wgmma_fp8.cuh — the FP8 precision mode's mainloop (sm_90a; fp8_mode.h, docs/FP8_MODE.md),
+// shared by GEMM1 and GEMM2: a persistent, warp-specialized grouped GEMM on Hopper's FP8
+// tensor cores over (expert, 128-token tile, 128-row block) tiles.
+//
+// Operands: weights as E4M3 codes with one fp32 scale per row and 128-K group (engine.h,
+// fp8_weights, made at load time); activations as E4M3 codes with one scale per token and
+// group (stage_fp8.cu). Per group, each consumer warpgroup runs 4 wgmma m64n128k32 (both
+// operands in shared memory) into a scratch accumulator, then promotes it into its fp32
+// accumulator with the two group scales: acc += scratch * (s_w[row] * s_x[token]). So the
+// FP8 accumulation inside the tensor cores never spans more than 128 products.
+//
+// CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
+//   warpgroup 0 (producer): cp.async of each group's 128 weight rows and 128 token rows
+//     (128 bytes each, 128-byte swizzled: the wgmma K-major layout) and their scales into
+//     a ring of kPfStages stages, published on the stage's `full` mbarrier kF8Lag groups
+//     later (cp.async groups complete in order).
+//   warpgroups 1, 2 (consumers): warpgroup w owns weight rows [64w, 64w + 64) of the
+//     block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
+// Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
+// sequence (pf_tile) and the ring bookkeeping (PfCursor) are wgmma_mx.cuh's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common.cuh"
+#include "engine.h"
+#include "mxmoe/error.h"
+#include "ptx.cuh"
+#include "wgmma_mx.cuh"
+
+namespace mxmoe::cuda_detail {
+
+inline constexpr int kF8Group = 128;                           // K per stage and promotion
+inline constexpr int kF8StageA = 0;                            // 128 weight rows x 128 B
+inline constexpr int kF8StageB = kF8Rows * kF8Group;           // 128 token rows x 128 B
+inline constexpr int kF8StageSA = kF8StageB + kPfTokens * kF8Group;  // 128 f32 row scales
+inline constexpr int kF8StageSB = kF8StageSA + kF8Rows * 4;    // 128 f32 token scales
+inline constexpr int kF8StageBytes = 33 * 1024;                // stays 1024-aligned
+static_assert(kF8StageSB + kPfTokens * 4 <= kF8StageBytes, "stage overflow");
+inline constexpr int kF8AmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
+/// Dynamic shared memory of one FP8 CTA (1 KB of slack to align the ring).
+inline constexpr int kF8SmemBytes =
+    1024 + kPfStages * kF8StageBytes + 2 * kPfStages * 8 + kF8AmaxFloats * 4;
+
+/// Groups the producer keeps in flight before publishing one (cp.async groups complete in
+/// order). Consumers hold a stage only while they use it, so up to kPfStages - 1 works;
+/// 4 was slower than 2 on the H200 (graph us, M=1024 / 4096: 3326 / 12718 vs 3268 / 12461).
+inline constexpr int kF8Lag = 2;
+static_assert(kF8Lag <= kPfStages - 1, "the producer would wait on a stage nobody can release");
+
+/// Registers per thread of the producer and of the consumers (setmaxnreg, f8_run).
+inline constexpr int kF8ProducerRegs = 104;
+inline constexpr int kF8ConsumerRegs = 200;
+/// setmaxnreg.inc only takes registers a .dec gave back to the CTA, which holds what the
+/// kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
+/// the consumers waiting forever. Checked before the first launch.
+inline void f8_check_registers(const void* kernel, const char* name) {
+  cudaFuncAttributes a{};
+  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  if (a.numRegs * kPfThreads < 128 * kF8ProducerRegs + 256 * kF8ConsumerRegs)
+    throw Error(detail::cat(name, ": launched with ", a.numRegs, " registers per thread, fewer than its ",
+                            "setmaxnreg split (", kF8ProducerRegs, " / ", kF8ConsumerRegs, ") needs"));
+}
+
+/// What the producer streams.
+struct F8Operands {
+  const uint8_t* w = nullptr;        // codes [E][rows_p][cols_p]
+  const float* ws = nullptr;         // scales [E][groups][rows_p]
+  int rows_p = 0, groups = 0;
+  const uint8_t* b = nullptr;        // staged activation codes [rows][groups * 128]
+  const float* bs = nullptr;         // their scales [rows][groups]
+  const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
+  int top_k = 1;                     // null: B row = routed row (GEMM2)
+  const int32_t* counts = nullptr;
+  const int32_t* offsets = nullptr;
+  int num_local = 0;
+  __device__ int rb_count() const { return rows_p / kF8Rows; }
+};
+
+/// The ring in dynamic shared memory.
+struct F8Ring {
+  uint8_t* stages;   // [kPfStages][kF8StageBytes], 1024-aligned
+  uint64_t* full;    // [kPfStages]: 128 producer arrivals
+  uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
+  float* amax;       // [2][4][kPfTokens]
+};
+
+#if defined(MXMOE_SM90A)
+
+__device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
+  F8Ring r;  // aligned by pointer arithmetic, as pf_ring
+  r.stages = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
+  r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kF8StageBytes);
+  r.empty = r.full + kPfStages;
+  r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPfStages; ++s) {
+      mbar_init(&r.full[s], 128);
+      mbar_init(&r.empty[s], 256);
+    }
+  }
+  __syncthreads();
+  return r;
+}
+
+/// Producer warpgroup (threads 0..127): thread i copies, per group, 16-byte piece i & 7 of
+/// weight rows and token rows (i >> 3) + 16m (m < 8), the scale of token row i, and for
+/// i < 32 the scales of weight rows 4i..4i+3.
+__device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
+  const int i = threadIdx.x;
+  const int c = i & 7, r0 = i >> 3;
+  const int rb_count = o.rb_count();
+  const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
+  uint32_t n = 0, published = 0;
+  PfCursor fill, pub;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
+    if (t.e < 0) break;
+    const int count = o.counts[t.e], off = o.offsets[t.e];
+    const auto b_row = [&](int row) -> int64_t {  // staged row of tile row `row`, or -1
+      if (row >= count) return -1;
+      const int64_t grow = off + row;
+      return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
+    };
+    int64_t src[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) src[m] = b_row(t.tt * kPfTokens + r0 + 16 * m);
+    const int64_t my_row = b_row(t.tt * kPfTokens + i);
+    const uint8_t* wrow = o.w + (static_cast<int64_t>(t.e) * o.rows_p + t.rb * kF8Rows + r0) *
+                                    bstride + c * 16;
+    const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows + 4 * i;
+    for (int kg = 0; kg < o.groups; ++kg) {
+      const int s = fill.stage;
+      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
+      uint8_t* st = ring.stages + s * kF8StageBytes;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int r = r0 + 16 * m;
+        const int swz = ((c ^ (r & 7)) << 4);
+        cp_async_16(st + kF8StageA + r * kF8Group + swz, wrow + (16 * m) * bstride + kg * kF8Group);
+        const uint8_t* g = src[m] >= 0 ? o.b + src[m] * bstride + kg * kF8Group + c * 16 : o.b;
+        cp_async_16_zfill(st + kF8StageB + r * kF8Group + swz, g, src[m] >= 0 ? 16u : 0u);
+      }
+      cp_async_4_zfill(st + kF8StageSB + i * 4, my_row >= 0 ? o.bs + my_row * o.groups + kg : o.bs,
+                       my_row >= 0 ? 4u : 0u);
+      if (i < 32) cp_async_16(st + kF8StageSA + i * 16, wsc + static_cast<int64_t>(kg) * o.rows_p);
+      cp_async_commit();
+      ++n;
+      fill.advance();
+      if (n > static_cast<uint32_t>(kF8Lag)) {
+        cp_async_wait<kF8Lag>();
+        fence_proxy_async_shared();
+        mbar_arrive(&ring.full[pub.stage]);
+        ++published;
+        pub.advance();
+      }
+    }
+  }
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  for (; published < n; ++published) {
+    mbar_arrive(&ring.full[pub.stage]);
+    pub.advance();
+  }
+}
+
+/// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = weight rows
+/// [64 wg, 64 wg + 64) of the block x 128 tokens over all groups, in the layout of
+/// wgmma_m64n128k16_rs (warp w, lane (g, t): acc[4j + 2h + c] = row 16w + 8h + g, token
+/// 8j + 2t + c), every group's scales applied.
+__device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, PfCursor& cur,
+                                            int groups, int wg) {
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int arow = 64 * wg + 16 * warp + g;  // this thread's first weight row in the block
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc[j] = 0.0f;
+  float part[64];  // overwritten by each group's first wgmma (accumulate 0)
+#pragma unroll
+  for (int j = 0; j < 64; ++j) part[j] = 0.0f;
+  for (int kg = 0; kg < groups; ++kg) {
+    const int s = cur.stage;
+    mbar_wait(&ring.full[s], cur.phase);
+    const uint8_t* st = ring.stages + s * kF8StageBytes;
+    const uint64_t da = smem_desc_k128(st + kF8StageA + 64 * wg * kF8Group);
+    const uint64_t db = smem_desc_k128(st + kF8StageB);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kF8Group / 32; ++ks)  // a k32 step moves 32 bytes along the row
+      wgmma_m64n128k32_e4m3_ss(part, da + 2 * ks, db + 2 * ks, ks);
+    wgmma_commit();
+    const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
+    const float* sb = reinterpret_cast<const float*>(st + kF8StageSB);
+    const float sw0 = sa[arow], sw1 = sa[arow + 8];
+    wgmma_wait<0>();
+    acc_fence(part);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
+      acc[4 * j + 0] = fmaf(part[4 * j + 0], sx.x * sw0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1], sx.y * sw0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2], sx.x * sw1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3], sx.y * sw1, acc[4 * j + 3]);
+    }
+    // The stage goes back once the wgmmas (which read it asynchronously) and the scale
+    // reads are done.
+    mbar_arrive(&ring.empty[s]);
+    cur.advance();
+  }
+}
+
+/// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
+/// loop, which hands each tile's accumulator to `epilogue(acc, tile, wg, ring)`.
+template <class Epilogue>
+__device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
+  const F8Ring ring = f8_ring(dyn_smem);
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  // Registers: the producer's 16 row addresses per group need more than the exact path's
+  // 56 (it spilled); the consumers need 128 for acc and scratch. setmaxnreg.inc only
+  // takes what a .dec gave back to the CTA, which was launched with 384 x 168 (ptxas's
+  // count): 128 x 104 + 256 x 200 = 384 x 168. (Asking for more never returns.)
+  if (wg == 0) {
+    setmaxnreg_dec<kF8ProducerRegs>();
+    f8_producer(o, ring);
+    return;
+  }
+  setmaxnreg_inc<kF8ConsumerRegs>();
+  PfCursor cur;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    if (tile.e < 0) break;
+    float acc[64];
+    f8_mainloop(acc, ring, cur, o.groups, wg - 1);
+    epilogue(acc, tile, wg - 1, ring);
+  }
+}
+
+#endif  // MXMOE_SM90A
+
+}  // namespace mxmoe::cuda_detail
