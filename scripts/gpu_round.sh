@@ -3,14 +3,14 @@
 # GPU tests, the validation suite, the main job, the benchmark beside the PyTorch
 # baseline, compute-sanitizer, and (optionally) the Python package's GPU tests.
 #   scripts/gpu_round.sh BUILD_DIR OUT_DIR [sections...]
-# sections: tests ep epbench validate run bench sanitize python (default: all but the
-# two EP ones, which need a 2-GPU machine). Prints a short
+# sections: tests ep epbench validate run bench fp8 sanitize python (default: all but
+# the two EP ones, which need a 2-GPU machine). Prints a short
 # summary table last; logs and JSON go to OUT_DIR/round.tgz (one file: the device tool
 # brings back at most 8), the summary also to OUT_DIR/summary.txt.
 set -uo pipefail
 B=${1:?build dir}; OUT_DIR=${2:?output dir}; shift 2
 O=$(mktemp -d)
-sections=${*:-tests validate run bench sanitize python}
+sections=${*:-tests validate run bench fp8 sanitize python}
 mkdir -p "$O"
 summary=()
 note() { summary+=("$(printf '%-28s %s' "$1" "$2")"); }
@@ -60,6 +60,18 @@ if has bench; then
   timeout 300 "$B"/mxmoe bench --tokens $tokens --iterations 20 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
   note "mxmoe bench" "rc=$?"
 fi
+if has fp8; then
+  # The FP8 precision mode (docs/FP8_MODE.md): the coverage matrix judged by its bound,
+  # and its speed (beside the baseline when the bench section ran first).
+  timeout 400 "$B"/mxmoe validate --suite all --backend cuda --precision fp8 --json "$O/validate_fp8.json" \
+    > "$O/validate_fp8.log" 2>&1
+  note "validate fp8" "rc=$? $(last_line "$O/validate_fp8.log" 'passed')"
+  base=()
+  [ -f "$O/torch_baseline.json" ] && base=(--baseline "$O/torch_baseline.json")
+  timeout 300 "$B"/mxmoe bench --tokens 128,512,1024,4096,16384 --iterations 20 --precision fp8 "${base[@]}" \
+    --json "$O/bench_fp8.json" > "$O/bench_fp8.log" 2>&1
+  note "mxmoe bench --precision fp8" "rc=$?"
+fi
 if has sanitize; then
   # The stage and engine tests under all three tools; memcheck also over the coverage
   # matrix without the real-shape cases (those take minutes under the sanitizers; the
@@ -92,6 +104,7 @@ if has python; then
   note "examples/kimi_k3_layer.py" "rc=$? $(tail -1 "$O/example.log")"
 fi
 [ -f "$O/bench.log" ] && tail -28 "$O/bench.log"
+[ -f "$O/bench_fp8.log" ] && tail -12 "$O/bench_fp8.log"
 printf '%s\n' "${summary[@]}" | tee "$O/summary.txt"
 mkdir -p "$OUT_DIR"
 cp "$O/summary.txt" "$OUT_DIR/"

@@ -16,10 +16,10 @@
 // E4M3's normal range, else rounded to the subnormal grid, off by at most 2^-10 of the
 // group scale (activation_error_bound). Products of the re-expressed operands are exact
 // in the tensor cores; their FP8 accumulation over 128 K and its promotion to fp32 belong
-// to the kernels (not written yet) and are to be measured there (docs/FP8_MODE.md).
+// to the kernels (wgmma_fp8.cuh), measured end to end in docs/FP8_MODE.md.
 //
-// Host and device functions, so that the load-time weight conversion and the activation
-// staging kernel can share them with the tests.
+// Host and device functions: the load-time weight conversion (layer.cu fp8_weights) and
+// the activation staging kernel (stage_fp8.cu) share them with the tests.
 #pragma once
 
 #include <cstdint>
