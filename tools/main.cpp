@@ -135,6 +135,9 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
                  uint64_t seed, const std::string& filter, const std::string& precision_name) {
   const Precision precision = parse_precision(precision_name, "--precision");
   const Backend backend = parse_backend(backend_name);
+  if (precision == Precision::FP8 && backend != Backend::Cuda)
+    throw InvalidArgument("--precision", "fp8 is a mode of the CUDA engine (the CPU engine is exact): "
+                          "use --backend cuda, or --precision exact");
   if (backend == Backend::Cuda && !cuda_built())
     throw Unsupported("--backend cuda: this build has no CUDA engine (nvcc was not found at configure time); use --backend cpu");
   if (backend == Backend::Cuda && cuda_device_count() == 0)

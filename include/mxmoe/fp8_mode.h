@@ -85,10 +85,20 @@ MXMOE_HD uint8_t activation_code(uint8_t c, uint8_t block_byte, uint8_t group_by
 /// half a step, 2^-10 (ties reach it).
 MXMOE_HD double activation_error_bound(double a) { return a >= 0.015625 ? 0.0 : 0.0009765625; }
 
+/// Whether a weight block (its 16 packed bytes and scale byte) takes part in its group's
+/// scale: it holds a nonzero code, or a NaN scale byte (0 x NaN is NaN in MX, so the
+/// group must become NaN too, as the reference's row would).
+inline bool weight_block_used(const uint8_t* packed16, uint8_t byte) {
+  if (byte == fmt::kE8m0Nan) return true;
+  for (int j = 0; j < kMxBlock / 2; ++j)
+    if ((packed16[j] & 0x77) != 0) return true;
+  return false;
+}
+
 /// Load-time check of an MXFP4 matrix ([rows][K/2] packed, [rows][K/32] scale bytes, K a
 /// multiple of 32) for the FP8 mode: in every row and group of kBlocksPerGroup blocks,
-/// each block holding a nonzero code has a byte within kMaxWeightSpread of the group's
-/// largest such byte (0xFF bytes are fine: the group becomes NaN, as the block would).
+/// each used block (weight_block_used) has a byte within kMaxWeightSpread of the group's
+/// largest (a group with a 0xFF byte is NaN whatever the spread, as the block would be).
 /// False with the first offending row, group and bytes in `why`.
 inline bool weights_fit_fp8_mode(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                                  int64_t K, std::string* why) {
@@ -98,10 +108,7 @@ inline bool weights_fit_fp8_mode(const uint8_t* packed, const uint8_t* scales, i
       const int n = static_cast<int>(nb - g0 < kBlocksPerGroup ? nb - g0 : kBlocksPerGroup);
       bool used[kBlocksPerGroup] = {};
       const uint8_t* sb = scales + r * nb + g0;
-      for (int i = 0; i < n; ++i) {
-        const uint8_t* pb = packed + r * (K / 2) + (g0 + i) * (kMxBlock / 2);
-        for (int j = 0; j < kMxBlock / 2 && !used[i]; ++j) used[i] = (pb[j] & 0x77) != 0;
-      }
+      for (int i = 0; i < n; ++i) used[i] = weight_block_used(packed + r * (K / 2) + (g0 + i) * (kMxBlock / 2), sb[i]);
       const uint8_t gb = group_scale_byte(sb, n, used);
       if (gb == fmt::kE8m0Nan) continue;
       for (int i = 0; i < n; ++i)

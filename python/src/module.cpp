@@ -153,7 +153,7 @@ MoeConfig make_config(int64_t num_experts, int64_t top_k, int64_t hidden, int64_
                       std::optional<std::vector<float>> beta, std::optional<std::vector<float>> limit,
                       const std::string& input_format, const std::string& intermediate_format,
                       const std::string& output_format, bool has_bias, float output_scale,
-                      const std::string& scale_rule) {
+                      const std::string& scale_rule, const std::string& precision) {
   MoeConfig c;
   c.num_experts = num_experts;
   c.top_k = top_k;
@@ -181,6 +181,7 @@ MoeConfig make_config(int64_t num_experts, int64_t top_k, int64_t hidden, int64_
   c.scale_rule = parse_scale_rule(scale_rule, "scale_rule");
   c.has_bias = has_bias;
   c.output_scale = output_scale;
+  c.precision = parse_precision(precision, "precision");
   c.validate();
   return c;
 }
@@ -474,16 +475,16 @@ NB_MODULE(_C, m) {
                        std::optional<std::vector<float>> beta, std::optional<std::vector<float>> limit,
                        const std::string& input_format, const std::string& intermediate_format,
                        const std::string& output_format, bool has_bias, float output_scale,
-                       const std::string& scale_rule) {
+                       const std::string& scale_rule, const std::string& precision) {
              return make_config(num_experts, top_k, hidden, intermediate, ep_size, ep_rank, expert_map,
                                 activation, alpha, beta, limit, input_format, intermediate_format,
-                                output_format, has_bias, output_scale, scale_rule);
+                                output_format, has_bias, output_scale, scale_rule, precision);
            }),
            "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, nb::kw_only(), "ep_size"_a = 1,
            "ep_rank"_a = 0, "expert_map"_a = nb::none(), "activation"_a = "situ", "alpha"_a = nb::none(),
            "beta"_a = nb::none(), "limit"_a = nb::none(), "input_format"_a = "mxfp8",
            "intermediate_format"_a = "mxfp8", "output_format"_a = "bf16", "has_bias"_a = false,
-           "output_scale"_a = 1.0f, "scale_rule"_a = "round_up",
+           "output_scale"_a = 1.0f, "scale_rule"_a = "round_up", "precision"_a = "exact",
            "Build and validate a config. Raises mxmoe.InvalidArgument (ValueError) naming the field.")
       .def_ro("num_experts", &MoeConfig::num_experts)
       .def_ro("top_k", &MoeConfig::top_k)
@@ -494,6 +495,7 @@ NB_MODULE(_C, m) {
       .def_ro("expert_map", &MoeConfig::expert_map)
       .def_ro("has_bias", &MoeConfig::has_bias)
       .def_ro("output_scale", &MoeConfig::output_scale)
+      .def_prop_ro("precision", [](const MoeConfig& c) { return std::string(to_string(c.precision)); })
       .def_prop_ro("local_experts", &MoeConfig::local_experts)
       .def_prop_ro("activation", [](const MoeConfig& c) { return std::string(to_string(c.activation.kind)); })
       .def_prop_ro("alpha", [](const MoeConfig& c) { return c.activation.alpha; })

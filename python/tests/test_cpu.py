@@ -195,11 +195,18 @@ def test_out_with_wrong_shape_is_not_written(rng):
         (dict(activation="gelu"), "activation"),
         (dict(input_format="fp4"), "input_format"),
         (dict(activation="situ", limit=[7.0]), "limit"),
+        (dict(precision="fp4"), "precision"),
+        (dict(precision="fp8", input_format="bf16"), "config.precision"),
     ],
 )
 def test_bad_config_raises_value_error_naming_field(kw, field):
     with pytest.raises(ValueError, match=field):
         small_config(**kw)
+
+
+def test_precision_defaults_to_exact_and_fp8_is_opt_in():
+    assert small_config().precision == "exact"
+    assert small_config(precision="fp8").precision == "fp8"
 
 
 def test_reference_backend_on_gpu_device_string_is_refused():

@@ -89,6 +89,10 @@ int64_t fp8_source_row(int64_t r, bool gate_up);
 void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
                  int64_t cols, bool gate_up, const char* argument, std::vector<uint8_t>& codes,
                  std::vector<float>& scales);
+/// Throw Error unless this binary's FP8-mode GEMM1 / GEMM2 kernel can run its register
+/// split (wgmma_fp8.cuh f8_check_registers); the layer calls both once when it is built.
+void check_gemm1_fp8_kernel();
+void check_gemm2_fp8_kernel();
 struct Fp8MatView {
   const uint8_t* codes = nullptr;
   const float* scale = nullptr;
@@ -113,7 +117,7 @@ struct WorkspaceLayout {
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
   size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
-  // prefill path (tokens >= kPrefillMinTokens; empty otherwise)
+  // prefill path (tokens >= kPrefillMinTokens, precision exact; empty otherwise)
   size_t inexact = 0;      // u32 kInexactX | kInexactInter
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]

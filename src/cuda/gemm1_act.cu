@@ -442,7 +442,9 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
         }
         const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
         acc[4 * jj + c] = v;
-        float amax = fabsf(v);  // fmaxf drops NaN, as fmt::block_amax does
+        // fmaxf drops NaN, as fmt::block_amax does; unlike it, it keeps an Inf, as the
+        // exact epilogues do (a known difference, docs/HARDENING.md §8)
+        float amax = fabsf(v);
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
@@ -504,6 +506,10 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
 
 }  // namespace
 
+void check_gemm1_fp8_kernel() {
+  f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel), "gemm1_fp8_kernel");
+}
+
 bool prefill_kernels_available() {
   cudaFuncAttributes a{};
   if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true>) != cudaSuccess) {
@@ -521,7 +527,6 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
                     "weights and an MXFP8 intermediate");
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           kF8SmemBytes));
-    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel), "gemm1_fp8_kernel");
     gemm1_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
     MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
     return;

@@ -286,6 +286,10 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 
 }  // namespace
 
+void check_gemm2_fp8_kernel() {
+  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");
+}
+
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
   if (p.fp8) {
     MXMOE_CHECK_ARG(p.if8 != nullptr && p.if8_scale != nullptr && p.w2f8.codes != nullptr &&
@@ -294,7 +298,6 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                     "scales, the FP8 weights and no split");
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           kF8SmemBytes));
-    f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");
     gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
     MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
     return;

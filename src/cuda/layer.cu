@@ -215,7 +215,7 @@ void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, i
     const uint8_t* pe = packed + e * rows * (cols / 2);
     const uint8_t* se = scale + e * rows * nb;
     if (!fp8mode::weights_fit_fp8_mode(pe, se, rows, cols, &why))
-      throw InvalidArgument(argument, detail::cat("expert ", e, " ", why,
+      throw InvalidArgument(argument, detail::cat("local expert ", e, " ", why,
                                                   ": use precision exact for these weights"));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t src = fp8_source_row(r, gate_up);
@@ -225,13 +225,8 @@ void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, i
       for (int64_t g = 0; g < d.groups; ++g) {
         const int64_t b0 = g * fp8mode::kBlocksPerGroup;
         const int n = static_cast<int>(std::min<int64_t>(fp8mode::kBlocksPerGroup, nb - b0));
-        // A block takes part in the group's scale when it holds a nonzero code or a NaN
-        // scale (0 x NaN is NaN in MX: the group must become NaN too).
         bool used[fp8mode::kBlocksPerGroup] = {};
-        for (int i = 0; i < n; ++i) {
-          used[i] = sr[b0 + i] == fmt::kE8m0Nan;
-          for (int j = 0; j < kMxBlock / 2 && !used[i]; ++j) used[i] = (pr[(b0 + i) * 16 + j] & 0x77) != 0;
-        }
+        for (int i = 0; i < n; ++i) used[i] = fp8mode::weight_block_used(pr + (b0 + i) * 16, sr[b0 + i]);
         const uint8_t gb = fp8mode::group_scale_byte(sr + b0, n, used);
         scales[static_cast<size_t>((e * d.groups + g) * d.rows_p + r)] = fmt::e8m0_to_float(gb);
         for (int i = 0; i < n; ++i)
@@ -276,20 +271,20 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
       tokens, plan_fast(tokens, fp8_mid, cfg.intermediate / kMxBlock).ok, cfg.has_bias);
   l.y = take(static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4);
   l.back = take(pairs * 4);
-  if (tokens >= kPrefillMinTokens) {
+  if (use_fp8_prefill(tokens, cfg.precision == Precision::FP8)) {
+    // The FP8 mode replaces the prefill path at these sizes: its buffers instead.
+    const size_t Kg = (K + 127) / 128, Ng = (N + 127) / 128;
+    l.xf = take(M * Kg * 128);
+    l.xf_scale = take(M * Kg * 4);
+    l.if8 = take(pairs * Ng * 128);
+    l.if8_scale = take(pairs * Ng * 4);
+  } else if (tokens >= kPrefillMinTokens) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
     l.inexact = take(sizeof(uint32_t));
     l.xb = take(M * Kp * 2);
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
     l.ib_back = take(pairs * 4);
-    if (cfg.precision == Precision::FP8) {
-      const size_t Kg = (K + 127) / 128, Ng = (N + 127) / 128;
-      l.xf = take(M * Kg * 128);
-      l.xf_scale = take(M * Kg * 4);
-      l.if8 = take(pairs * Ng * 128);
-      l.if8_scale = take(pairs * Ng * 4);
-    }
   }
   l.total = align256(off);
   return l;
@@ -397,18 +392,20 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
                                     prop.minor, ": use precision exact"));
     // The promotion multiplies by the product of a weight and an activation group scale
     // in fp32: weight scales stay in the exact prefill path's range (|w| <= 12).
-    const auto max_byte = [](const std::vector<uint8_t>& v) {
-      uint8_t m = 0;
-      for (uint8_t b : v)
-        if (b != fmt::kE8m0Nan) m = std::max(m, b);
-      return m;
+    const auto check_range = [&](const std::vector<uint8_t>& v, int64_t rows, int64_t cols,
+                                 const char* argument) {
+      const int64_t nb = cols / kMxBlock;
+      for (size_t i = 0; i < v.size(); ++i)
+        MXMOE_CHECK_ARG(v[i] == fmt::kE8m0Nan || v[i] <= kPrefillMaxWeightScale, argument,
+                        "byte ", int{v[i]}, " of local expert ", static_cast<int64_t>(i) / (rows * nb),
+                        " row ", static_cast<int64_t>(i) / nb % rows, " block ", static_cast<int64_t>(i) % nb,
+                        " is above ", int{kPrefillMaxWeightScale},
+                        ", outside the fp8 precision mode's range: use precision exact");
     };
-    MXMOE_CHECK_ARG(max_byte(weights.w13_scale) <= kPrefillMaxWeightScale, "weights.w13_scale",
-                    "holds a scale byte above ", int{kPrefillMaxWeightScale},
-                    ", outside the fp8 precision mode's range: use precision exact");
-    MXMOE_CHECK_ARG(max_byte(weights.w2_scale) <= kPrefillMaxWeightScale, "weights.w2_scale",
-                    "holds a scale byte above ", int{kPrefillMaxWeightScale},
-                    ", outside the fp8 precision mode's range: use precision exact");
+    check_range(weights.w13_scale, 2 * N, K, "weights.w13_scale");
+    check_range(weights.w2_scale, K, N, "weights.w2_scale");
+    check_gemm1_fp8_kernel();
+    check_gemm2_fp8_kernel();
     std::vector<uint8_t> codes;
     std::vector<float> scales;
     s.f13 = fp8_dims(2 * N, K);

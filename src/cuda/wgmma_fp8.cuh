@@ -14,8 +14,8 @@
 //     (128 bytes each, 128-byte swizzled: the wgmma K-major layout) and their scales into
 //     a ring of kPfStages stages, published on the stage's `full` mbarrier kF8Lag groups
 //     later (cp.async groups complete in order).
-//   warpgroups 1, 2 (consumers): warpgroup w owns weight rows [64w, 64w + 64) of the
-//     block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
+//   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
+//     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
 // sequence (pf_tile) and the ring bookkeeping (PfCursor) are wgmma_mx.cuh's.
 #pragma once
@@ -55,7 +55,7 @@ inline constexpr int kF8ProducerRegs = 104;
 inline constexpr int kF8ConsumerRegs = 200;
 /// setmaxnreg.inc only takes registers a .dec gave back to the CTA, which holds what the
 /// kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
-/// the consumers waiting forever. Checked before the first launch.
+/// the consumers waiting forever. Checked when a layer is built (check_gemm*_fp8_kernel).
 inline void f8_check_registers(const void* kernel, const char* name) {
   cudaFuncAttributes a{};
   MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));

@@ -58,6 +58,16 @@ TEST(Cli, UnknownBackendIsRejectedNamingIt) {
   EXPECT_NE(r.output.find("backend"), std::string::npos) << r.output;
 }
 
+TEST(Cli, Fp8PrecisionOnTheCpuBackendIsRefusedNamingTheOption) {
+  Result r = run_cli("validate --suite smoke --backend cpu --precision fp8");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--precision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--backend cuda"), std::string::npos) << r.output;
+  r = run_cli("validate --suite smoke --backend cpu --precision fp4");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("fp4"), std::string::npos) << r.output;
+}
+
 TEST(Cli, CudaBackendWithoutGpuSaysSoClearly) {
   Result info = run_cli("info --json");
   if (info.output.find("\"cuda\"") != std::string::npos) GTEST_SKIP() << "a GPU is visible: the no-GPU message cannot be tested here";

@@ -124,6 +124,19 @@ TEST(Fp8Mode, WeightsFitChecksEveryGroupAndNamesTheFirstOffender) {
   scales[0 * 10 + 0] = fmt::kE8m0Nan;
   scales[0 * 10 + 1] = 1;
   EXPECT_TRUE(f8::weights_fit_fp8_mode(packed.data(), scales.data(), rows, K, &why)) << why;
+  // ... also over a block of zero codes (0 x NaN is NaN): the group is NaN, not refused.
+  for (int j = 0; j < 16; ++j) packed[0 * (K / 2) + 0 * 16 + j] = 0x00;
+  EXPECT_TRUE(f8::weights_fit_fp8_mode(packed.data(), scales.data(), rows, K, &why)) << why;
+}
+
+TEST(Fp8Mode, WeightBlockUsedByNonzeroCodesOrANaNByte) {
+  std::vector<uint8_t> block(16, 0x00);
+  EXPECT_FALSE(f8::weight_block_used(block.data(), 200));
+  for (auto& b : block) b = 0x88;  // -0 codes only
+  EXPECT_FALSE(f8::weight_block_used(block.data(), 127));
+  EXPECT_TRUE(f8::weight_block_used(block.data(), fmt::kE8m0Nan));
+  block[15] = 0x10;  // one code 1 (0.5) in the last element
+  EXPECT_TRUE(f8::weight_block_used(block.data(), 0));
 }
 
 // A group's dot product with both operands re-expressed, against the exact one: the
