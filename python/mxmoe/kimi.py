@@ -24,7 +24,8 @@ class KimiK3Experts(nn.Module):
     expert gets zeros), so the ranks' outputs are summed (all-reduce / combine).
 
     The module works with torch.compile and CUDA-graph capture: its workspace is sized
-    for ``max_tokens`` at construction.
+    for ``max_tokens`` at construction. ``precision="fp8"`` opts into the FP8 mode on
+    Hopper (docs/FP8_MODE.md; exact by default).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class KimiK3Experts(nn.Module):
         device: Union[str, int, torch.device] = "cpu",
         max_tokens: int = 1024,
         backend: Optional[str] = None,
+        precision: str = "exact",
     ):
         super().__init__()
         ck = load_checkpoint(checkpoint, layer=layer, prefix=prefix, ep_size=ep_size, ep_rank=ep_rank)
@@ -59,7 +61,7 @@ class KimiK3Experts(nn.Module):
             ck.num_experts, k, ck.hidden, ck.intermediate, ep_size=ep_size, ep_rank=ep_rank,
             activation="situ", alpha=[alpha], beta=[beta], input_format=input_format,
             intermediate_format=intermediate_format or input_format, output_format=output_format,
-            output_scale=routed_scaling_factor if scaling_on_output else 1.0,
+            output_scale=routed_scaling_factor if scaling_on_output else 1.0, precision=precision,
         )
         self.routing = _C.RoutingParams(
             "sigmoid", k, renormalize=renormalize, n_group=n_group, topk_group=topk_group,

@@ -18,6 +18,8 @@ Mapping (attribute -> library):
 - ``-1`` in topk_ids: "no expert", passed through (contributes nothing).
 - ``routed_scaling_factor`` with ``routed_scaling_on_output``: True -> the library scales
   the output (the weights do not carry it); False (default) -> the weights already do.
+- ``precision`` (not an SGLang field; default ``"exact"``): ``"fp8"`` opts into the FP8
+  mode on Hopper (docs/FP8_MODE.md).
 - ``apply_router_weight_on_input=True`` and other activations (gelu) are refused with
   mxmoe.UnsupportedError naming the alternative.
 """
@@ -117,7 +119,8 @@ def runner_config_to_moe_config(cfg: Any) -> _C.MoeConfig:
         intermediate_format=str(_get(cfg, "intermediate_format", default=input_format)),
         output_format=str(_get(cfg, "output_format", default="bf16")),
         has_bias=bool(_get(cfg, "has_bias", default=False)),
-        output_scale=float(scale) if (on_output and scale is not None) else 1.0, **params)
+        output_scale=float(scale) if (on_output and scale is not None) else 1.0,
+        precision=str(_get(cfg, "precision", default="exact")), **params)
 
 
 class MxMoeRunner:

@@ -95,3 +95,8 @@ def test_runner_accepts_topk_output_objects(rng):
     ids, wt = random_routing(rng, 3, 8, 3)
     r = MxMoeRunner(rc, w)
     np.testing.assert_array_equal(r(x, _TopK(wt, ids)), r(x, (wt, ids)))
+
+
+def test_precision_passes_through_and_defaults_to_exact():
+    assert runner_config_to_moe_config(dict(BASE, activation="silu")).precision == "exact"
+    assert runner_config_to_moe_config(dict(BASE, activation="silu", precision="fp8")).precision == "fp8"
