@@ -58,10 +58,12 @@ Tolerance tolerance_for(IntermediateFormat f) {
 }
 
 Tolerance tolerance_for(const MoeConfig& cfg) {
-  // FP8 mode: the tensor cores' FP8 accumulation inside each 128-K group (about 2^-14
-  // relative, not fp32) and the activation re-expression flip intermediate E4M3 codes
-  // about a hundred times as often as the exact path's fp32 sums do; each flip moves a
-  // row as described at small_config. Element bounds are reported, not judged.
+  // FP8 mode (docs/FP8_MODE.md): the tensor cores' FP8 accumulation inside each 128-K
+  // group (reported to keep about 14 bits, not fp32's 24) and the activation
+  // re-expression flip intermediate E4M3 codes far more often than the exact path's fp32
+  // sums do; each flip moves a row as described at small_config. Stated for shapes of
+  // this suite's class (top-16, N >= 2048; measured: at most 9.5e-3). Element bounds are
+  // reported, not judged.
   if (cfg.precision == Precision::FP8) return {2e-2, 0.9998, 1e-1, 2e-1};
   return tolerance_for(cfg.intermediate_format);
 }
