@@ -1437,6 +1437,34 @@ TEST(Fp8Mode, TailsPaddingSecondTokenTileAndEpRankAgainstTheReference) {
   EXPECT_EQ(c.nonfinite, 0);
 }
 
+// The workspace carve (host only, no GPU needed): in FP8 mode the prefill sizes hold the
+// FP8 staging buffers instead of the exact path's BF16 ones, and in both precisions the
+// total never shrinks as M grows (workspace_size(max_tokens) covers every M <= max).
+TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
+  MoeConfig exact = fp8_cfg(Activation::SiTU);
+  exact.precision = Precision::Exact;
+  const MoeConfig fp8 = fp8_cfg(Activation::SiTU);
+  for (const MoeConfig* cfg : std::vector<const MoeConfig*>{&exact, &fp8}) {
+    size_t prev = 0;
+    for (int64_t M : {1, 2, 8, 16, 31, 32, 33, 64, 128, 1000, 4096}) {
+      const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(*cfg, M);
+      EXPECT_GE(L.total, prev) << to_string(cfg->precision) << " M=" << M;
+      prev = L.total;
+      const bool prefill = M >= cd::kPrefillMinTokens;
+      const bool f8 = cfg->precision == Precision::FP8;
+      EXPECT_EQ(L.xf != 0, prefill && f8) << "M=" << M;
+      EXPECT_EQ(L.if8 != 0, prefill && f8) << "M=" << M;
+      EXPECT_EQ(L.xb != 0, prefill && !f8) << "M=" << M;
+      EXPECT_EQ(L.ib != 0, prefill && !f8) << "M=" << M;
+      if (prefill && f8) {
+        const size_t pairs = static_cast<size_t>(M * cfg->top_k);
+        EXPECT_GE(L.if8_scale - L.if8, pairs * static_cast<size_t>(cfg->intermediate)) << "M=" << M;
+        EXPECT_GE(L.total - L.if8_scale, pairs * static_cast<size_t>(cfg->intermediate / 128) * 4) << "M=" << M;
+      }
+    }
+  }
+}
+
 // The load-time conversion on the host (no GPU needed): every FP8 row is one kernel-layout
 // row (a permutation; each 16 rows = the gate rows of 8 columns, then their up rows), and
 // every converted value times its group scale equals the MXFP4 value exactly, including
