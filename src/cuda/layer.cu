@@ -74,6 +74,13 @@ size_t align256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
 bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
+/// The kernels' view of one uploaded FP8-mode weight matrix.
+cuda_detail::Fp8MatView fp8_view(const DevPtr& codes, const DevPtr& scales, const cuda_detail::Fp8Dims& d) {
+  return {static_cast<const uint8_t*>(codes.get()), static_cast<const float*>(scales.get()),
+          static_cast<int>(d.rows), static_cast<int>(d.rows_p), static_cast<int>(d.cols_p),
+          static_cast<int>(d.groups)};
+}
+
 }  // namespace
 
 std::vector<GpuInfo> cuda_devices() {
@@ -625,9 +632,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
   if (fp8) {
     g1.fp8 = true;
-    g1.w13f8 = Fp8MatView{static_cast<const uint8_t*>(s.w13c.get()), static_cast<const float*>(s.w13g.get()),
-                          static_cast<int>(s.f13.rows), static_cast<int>(s.f13.rows_p),
-                          static_cast<int>(s.f13.cols_p), static_cast<int>(s.f13.groups)};
+    g1.w13f8 = fp8_view(s.w13c, s.w13g, s.f13);
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
   }
@@ -680,9 +685,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.fp8 = true;
     g2.splits = 1;
     g2.back = nullptr;
-    g2.w2f8 = Fp8MatView{static_cast<const uint8_t*>(s.w2c.get()), static_cast<const float*>(s.w2g.get()),
-                         static_cast<int>(s.f2.rows), static_cast<int>(s.f2.rows_p),
-                         static_cast<int>(s.f2.cols_p), static_cast<int>(s.f2.groups)};
+    g2.w2f8 = fp8_view(s.w2c, s.w2g, s.f2);
     g2.if8 = fi.dst;
     g2.if8_scale = fi.dst_scale;
   }

@@ -976,22 +976,36 @@ MoeConfig small_cfg(Activation act, InputFormat in, IntermediateFormat mid) {
   return cfg;
 }
 
-void expect_matches_reference(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
-                              const Routing& r, const Output& got, const char* what) {
+/// The float64 reference on the same inputs (x quantized as the layer does) and its RMS
+/// over the finite values (the element bounds' scale).
+struct ReferenceOut {
+  std::vector<double> values;  // [tokens][hidden]
+  int64_t tokens = 0;
+  double rms = 0;
+};
+ReferenceOut reference_of(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x, const Routing& r) {
   Output ref;
   reference_forward(cfg, w, cfg.input_format == InputFormat::MXFP8 ? x.to_mxfp8(cfg.scale_rule) : x, r, ref);
-  const auto rv = output_values(ref);
-  double rms = 0;
+  ReferenceOut out{output_values(ref), x.tokens, 0.0};
   int64_t finite = 0;
-  for (double v : rv)
+  for (double v : out.values)
     if (std::isfinite(v)) {
-      rms += v * v;
+      out.rms += v * v;
       ++finite;
     }
-  rms = std::sqrt(rms / std::max<int64_t>(finite, 1));
-  const Tolerance tol = tolerance_for(cfg.intermediate_format);
-  const Comparison c = compare_outputs(output_values(got), rv, x.tokens, cfg.hidden,
-                                       tol.atol_rms * rms, tol.rtol);
+  out.rms = std::sqrt(out.rms / std::max<int64_t>(finite, 1));
+  return out;
+}
+/// `got` against it, element bounds from tolerance_for(cfg).
+Comparison compare_to(const ReferenceOut& ref, const MoeConfig& cfg, const Output& got) {
+  const Tolerance tol = tolerance_for(cfg);
+  return compare_outputs(output_values(got), ref.values, ref.tokens, cfg.hidden, tol.atol_rms * ref.rms, tol.rtol);
+}
+
+void expect_matches_reference(const MoeConfig& cfg, const ExpertWeights& w, const Activations& x,
+                              const Routing& r, const Output& got, const char* what) {
+  const Tolerance tol = tolerance_for(cfg);
+  const Comparison c = compare_to(reference_of(cfg, w, x, r), cfg, got);
   EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine) && c.bound_violations == 0)
       << what << ": " << c.summary();
 }
@@ -1341,15 +1355,10 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
         EXPECT_TRUE(o.bf16 == oe.bf16) << "below the prefill sizes the FP8 mode must run the exact path";
         continue;
       }
-      Output ref;
-      reference_forward(cfg, syn.weights, x.to_mxfp8(cfg.scale_rule), r, ref);
-      const auto rv = output_values(ref);
-      double rms = 0;
-      for (double v : rv) rms += v * v;
-      rms = std::sqrt(rms / static_cast<double>(rv.size()));
       const Tolerance tol = tolerance_for(cfg);
-      const Comparison c = compare_outputs(output_values(o), rv, M, cfg.hidden, tol.atol_rms * rms, tol.rtol);
-      const Comparison ce = compare_outputs(output_values(oe), rv, M, cfg.hidden, tol.atol_rms * rms, tol.rtol);
+      const ReferenceOut ref = reference_of(cfg, syn.weights, x, r);
+      const Comparison c = compare_to(ref, cfg, o);
+      const Comparison ce = compare_to(ref, cfg, oe);
       std::printf("[fp8 mode] %s M=%lld: fp8 %s | exact %s\n", to_string(act), static_cast<long long>(M),
                   c.summary().c_str(), ce.summary().c_str());
       EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
@@ -1379,14 +1388,8 @@ TEST(Fp8Mode, ActivationScaleSpreadsWithinItsBound) {
           x.bf16[t * cfg.hidden + k] = fmt::float_to_bf16(std::ldexp(fmt::bf16_to_float(x.bf16[t * cfg.hidden + k]), -spread));
     s.set_inputs(x, &r, nullptr);
     const Output o = s.run_eager();
-    Output ref;
-    reference_forward(cfg, syn.weights, x.to_mxfp8(cfg.scale_rule), r, ref);
-    const auto rv = output_values(ref);
-    double rms = 0;
-    for (double v : rv) rms += v * v;
-    rms = std::sqrt(rms / static_cast<double>(rv.size()));
     const Tolerance tol = tolerance_for(cfg);
-    const Comparison c = compare_outputs(output_values(o), rv, M, cfg.hidden, tol.atol_rms * rms, tol.rtol);
+    const Comparison c = compare_to(reference_of(cfg, syn.weights, x, r), cfg, o);
     std::printf("[fp8 mode] activation spread %d: %s\n", spread, c.summary().c_str());
     EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
   }
@@ -1427,10 +1430,7 @@ TEST(Fp8Mode, TailsPaddingSecondTokenTileAndEpRankAgainstTheReference) {
   CudaHostSession s(layer, M);
   s.set_inputs(x, &r, nullptr);
   const Output o = s.run_eager();
-  Output ref;
-  reference_forward(cfg, syn.weights, x.to_mxfp8(cfg.scale_rule), r, ref);
-  const auto rv = output_values(ref);
-  const Comparison c = compare_outputs(output_values(o), rv, M, cfg.hidden, 0.0, 0.0);
+  const Comparison c = compare_to(reference_of(cfg, syn.weights, x, r), cfg, o);
   std::printf("[fp8 mode] K 352, N 160, top-4, EP 2/1, bias, M=200: %s\n", c.summary().c_str());
   EXPECT_LT(c.max_row_rel_l2, 0.1) << c.summary();
   EXPECT_GT(c.min_cosine, 0.995) << c.summary();
