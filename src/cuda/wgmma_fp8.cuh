@@ -195,13 +195,16 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     const float sw0 = sa[arow], sw1 = sa[arow + 8];
     wgmma_wait<0>();
     acc_fence(part);
+    // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
+    // first product stays finite wherever the result is; s_x * s_w could overflow to Inf
+    // (activation byte 254) and turn a zero sum into NaN. Same cost.
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
-      acc[4 * j + 0] = fmaf(part[4 * j + 0], sx.x * sw0, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(part[4 * j + 1], sx.y * sw0, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(part[4 * j + 2], sx.x * sw1, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(part[4 * j + 3], sx.y * sw1, acc[4 * j + 3]);
+      acc[4 * j + 0] = fmaf(part[4 * j + 0] * sw0, sx.x, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(part[4 * j + 1] * sw0, sx.y, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(part[4 * j + 2] * sw1, sx.x, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(part[4 * j + 3] * sw1, sx.y, acc[4 * j + 3]);
     }
     // The stage goes back once the wgmmas (which read it asynchronously) and the scale
     // reads are done.
