@@ -1437,6 +1437,40 @@ TEST(Fp8Mode, TailsPaddingSecondTokenTileAndEpRankAgainstTheReference) {
   EXPECT_EQ(c.nonfinite, 0);
 }
 
+// The promotion's scale product at its largest (docs/HARDENING.md §8): an activation
+// group whose largest block byte is 254 (2^127, caller-supplied MXFP8 only) against weight
+// groups whose largest byte is 128 (2^1, the largest the mode takes). Every token's first
+// K group is block 0 huge (weights zero there) and blocks 1..3 zero (weights not), so the
+// group's FP8 sum is exactly 0 and the reference's finite: promoted as sum * (s_x * s_w)
+// it was 0 x Inf = NaN in every output; as (sum * s_w) * s_x it is 0.
+TEST(Fp8Mode, HugeActivationGroupScaleTimesTheLargestWeightScaleStaysFinite) {
+  REQUIRE_FP8_MODE();
+  const MoeConfig cfg = fp8_cfg(Activation::SiTU);
+  SyntheticLayer syn = make_synthetic_layer(cfg, 1301);
+  const int64_t K = cfg.hidden, kb = K / 32, M = 32;
+  for (int64_t row = 0; row < cfg.num_experts * 2 * cfg.intermediate; ++row) {
+    for (int64_t j = 0; j < 16; ++j) syn.weights.w13_packed[row * K / 2 + j] = 0;  // block 0: zeros
+    syn.weights.w13_scale[row * kb + 1] = 128;  // the group's largest byte: s_w = 2
+    syn.weights.w13_scale[row * kb + 2] = 127;
+    syn.weights.w13_scale[row * kb + 3] = 127;
+  }
+  Activations x = make_activations(M, K, 1302).to_mxfp8();
+  for (int64_t t = 0; t < M; ++t) {
+    x.scale[t * kb] = 254;                                      // s_x = 2^127
+    for (int64_t k = 32; k < 128; ++k) x.fp8[t * K + k] = 0;   // blocks 1..3: zeros
+  }
+  const Routing r = random_routing(M, cfg.top_k, iota_ids(32), 1303, false);
+  CudaMoeLayer layer(cfg, syn.weights);
+  CudaHostSession s(layer, M);
+  s.set_inputs(x, &r, nullptr);
+  const Output o = s.run_eager();
+  const Tolerance tol = tolerance_for(cfg);
+  const Comparison c = compare_to(reference_of(cfg, syn.weights, x, r), cfg, o);
+  std::printf("[fp8 mode] activation group byte 254 x weight group byte 128: %s\n", c.summary().c_str());
+  EXPECT_EQ(c.nonfinite, 0) << c.summary();
+  EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
+}
+
 // The workspace carve (host only, no GPU needed): in FP8 mode the prefill sizes hold the
 // FP8 staging buffers instead of the exact path's BF16 ones, and in both precisions the
 // total never shrinks as M grows (workspace_size(max_tokens) covers every M <= max).
