@@ -6,7 +6,7 @@
 // fp8_weights, made at load time); activations as E4M3 codes with one scale per token and
 // group (stage_fp8.cu). Per group, each consumer warpgroup runs 4 wgmma m64n128k32 (both
 // operands in shared memory) into a scratch accumulator, then promotes it into its fp32
-// accumulator with the two group scales: acc += scratch * (s_w[row] * s_x[token]). So the
+// accumulator with the two group scales: acc += (scratch * s_w[row]) * s_x[token]. So the
 // FP8 accumulation inside the tensor cores never spans more than 128 products.
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
