@@ -539,7 +539,7 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
     else launch_prefill<false>(p, stream);
     // The generic kernels below leave at once unless the inexact bit is set.
   }
-  const FastPlan fast = p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock);
+  const FastPlan fast = p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock, FastGemm::kGemm1);
   if (fast.ok) {
     for (int i = 0; i < fast.n; ++i) {
       const FastClass& c = fast.c[i];

@@ -290,6 +290,11 @@ void check_gemm2_fp8_kernel() {
   f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");
 }
 
+// GEMM2's 8-row decode class has 4 stages at every M (heuristics.h fast_depth): its
+// launch below instantiates only that kernel.
+static_assert(fast_depth(1, 1, FastGemm::kGemm2) == 4 && fast_depth(1, 8, FastGemm::kGemm2) == 4,
+              "GEMM2's 8-row decode kernel is instantiated with 4 stages only");
+
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
   if (p.fp8) {
     MXMOE_CHECK_ARG(p.if8 != nullptr && p.if8_scale != nullptr && p.w2f8.codes != nullptr &&
@@ -313,7 +318,7 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     // The generic kernels below leave at once unless the inexact bit is set.
   }
   const FastPlan fast =
-      p.prefill ? FastPlan{} : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock);
+      p.prefill ? FastPlan{} : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock, FastGemm::kGemm2);
   if (fast.ok) {
     const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
                                       p.bias == nullptr && p.back != nullptr);
@@ -324,8 +329,7 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       Gemm2Params q = p;
       q.fast = FastLaunch{c.lo, c.hi, c.z};
       if (c.nt == 1) {
-        if (c.depth == 8) launch_fast<1, 8>(q, stream);
-        else launch_fast<1, 4>(q, stream);
+        launch_fast<1, 4>(q, stream);
       } else if (c.nt == 2) {
         launch_fast<2, 4>(q, stream);
       } else {

@@ -35,15 +35,21 @@ struct GemmPlan {
 };
 inline GemmPlan plan_gemm(int64_t tokens) { return GemmPlan{tokens <= 8 ? 1 : 4}; }
 
+/// Which GEMM a decode launch is for (their shapes and splits differ).
+enum class FastGemm { kGemm1, kGemm2 };
 /// Ring stages per warp and blocks per SM (__launch_bounds__) of the decode kernels.
 /// With the shared-memory rings a warp holds no registers for chunks in flight, so the
 /// register budget sets how many warps (and chunks) an SM keeps in flight; these compile
-/// without spills (ptxas -v). Measured on the H200 (mxmoe bench, graph): at M=1 (16
-/// experts, one wave of 2.9 blocks per SM) 8 stages at 3 blocks/SM beat 4 stages at 5
-/// (153 vs 176 us); at M=2..8 (all 28 experts, 5 blocks/SM filled) 4 stages at 5 win
-/// (196 vs 223 us at M=2; equal at M=8).
-constexpr int fast_depth(int nt, int64_t tokens) {
-  return nt == 1 ? (tokens <= 1 ? 8 : 4) : nt == 2 ? 4 : 3;
+/// without spills (ptxas -v). Measured on the H200 (mxmoe bench, graph):
+/// - GEMM1 at M=1 (16 experts x 24 blocks, one wave of 2.9 blocks per SM): 8 stages at 3
+///   blocks/SM beat 4 stages at 5 (session 7, layer: 116.8 vs 136.9 us).
+/// - GEMM2 at M=1 (split 4: 16 x 14 x 4 blocks of short warps, 12 chunks each): 4 stages
+///   at 5 blocks/SM beat 8 at 3 (session 7: GEMM2 48.9 -> 35.8 us in ncu, layer 129.5 ->
+///   116.8 us; split 2 at 4 stages: 40.6 / 122.5 us).
+/// - M=2..8 (all 28 experts, 5 blocks/SM filled): 4 stages at 5 win (196 vs 223 us at
+///   M=2; equal at M=8); GEMM2 at 8 stages was 1-4 us slower at M=2..8 (session 7).
+constexpr int fast_depth(int nt, int64_t tokens, FastGemm gemm = FastGemm::kGemm1) {
+  return nt == 1 ? (tokens <= 1 && gemm == FastGemm::kGemm1 ? 8 : 4) : nt == 2 ? 4 : 3;
 }
 /// The 16-row kernel also holds the 8-row body (plan_fast), so it gets 3 blocks per SM
 /// (170 registers): at 4 it spilled 52-92 bytes; at 3 only GEMM2's keeps one 4-byte
@@ -73,18 +79,18 @@ struct FastPlan {
 /// the weights once per 32 rows). The 16-row launch (nt 2) also takes the counts <= 8,
 /// with 8-row tiles inside the same kernel: as two launches, each class streamed only
 /// part of the experts' weights with the GPU partly idle (M=16: 432 us).
-inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count) {
+inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count, FastGemm gemm) {
   FastPlan f;
   if (!operand_fp8 || tokens > kFastMaxTokens) return f;
   constexpr int32_t kAny = std::numeric_limits<int32_t>::max();
   if (tokens <= 8) {
-    f.c[f.n++] = FastClass{1, fast_depth(1, tokens), 0, kAny, 1};
+    f.c[f.n++] = FastClass{1, fast_depth(1, tokens, gemm), 0, kAny, 1};
   } else if (tokens <= 16) {
-    f.c[f.n++] = FastClass{2, fast_depth(2, tokens), 0, kAny, 1};
+    f.c[f.n++] = FastClass{2, fast_depth(2, tokens, gemm), 0, kAny, 1};
   } else {
-    f.c[f.n++] = FastClass{2, fast_depth(2, tokens), 0, 16, 1};
+    f.c[f.n++] = FastClass{2, fast_depth(2, tokens, gemm), 0, 16, 1};
     const int z = static_cast<int>(std::clamp<int64_t>((tokens + 31) / 32, 1, 8));
-    f.c[f.n++] = FastClass{4, fast_depth(4, tokens), 16, kAny, z};
+    f.c[f.n++] = FastClass{4, fast_depth(4, tokens, gemm), 16, kAny, z};
   }
   // The block's B scales and its warps' rings live in dynamic shared memory.
   f.ok = true;
@@ -105,7 +111,8 @@ inline constexpr int64_t kGemm2SplitMaxTokens = 32;
 /// Measured on the H200 (test_engine DISABLED_Timing, Kimi shapes): M=1 (16 experts, 224
 /// blocks for 396 resident slots) 64.9 us unsplit / 67.6 (2) / 60.8 (4); M=8 (28
 /// experts, ~1 wave unsplit) 73.7 / 77.9 / 84.7; M=32 (NT=4, 2 blocks per SM, 1.5
-/// waves unsplit) 321 / 256 / 297.
+/// waves unsplit) 321 / 256 / 297. (Those M=1 times are with 8 stages; at 4 stages and 5
+/// blocks per SM, fast_depth, split 4 takes 35.8 us and split 2 40.6: session 7, ncu.)
 inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
   if (!fast || has_bias) return 1;
   if (tokens <= 1) return 4;
