@@ -295,6 +295,9 @@ void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// CTAs of a prefill launch: one per SM of the current device (or fewer with the test
 /// knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
 int prefill_ctas();
+/// Token tile of an exact prefill launch: heuristics.h prefill_token_tile, or the test
+/// knob MXMOE_PREFILL_TOKEN_TILE = 32 / 64 / 128 (so that any problem runs any tile).
+int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local);
 /// True when the current device runs this binary's sm_90a prefill kernels (an sm_90 GPU
 /// and a build with 90a; an sm_80 image would run there with empty prefill kernels).
 bool prefill_kernels_available();

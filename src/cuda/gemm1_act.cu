@@ -269,20 +269,20 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // works on always sit in slots 0..7, and after the 8 iterations acc_g is back in place,
 // holding the activations (acc_u is spent).
 #if defined(MXMOE_SM90A)
-template <int kBlocks>
-__device__ __forceinline__ void rotate_down(float (&a)[64]) {
+template <int kBlocks, int kN>
+__device__ __forceinline__ void rotate_down(float (&a)[kN]) {
   float first[4 * kBlocks];
 #pragma unroll
   for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[i];
 #pragma unroll
-  for (int i = 0; i + 4 * kBlocks < 64; ++i) a[i] = a[i + 4 * kBlocks];
+  for (int i = 0; i + 4 * kBlocks < kN; ++i) a[i] = a[i + 4 * kBlocks];
 #pragma unroll
-  for (int i = 0; i < 4 * kBlocks; ++i) a[64 - 4 * kBlocks + i] = first[i];
+  for (int i = 0; i < 4 * kBlocks; ++i) a[kN - 4 * kBlocks + i] = first[i];
 }
 
-template <bool kFp8Inter, int kAct>
-__device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (&acc_g)[64],
-                                                   float (&acc_u)[64], const PfTile& tile,
+template <bool kFp8Inter, int kAct, int kTok>
+__device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (&acc_g)[kTok / 2],
+                                                   float (&acc_u)[kTok / 2], const PfTile& tile,
                                                    int wg, float* s_amax) {
   constexpr int kStep = 2;  // token blocks per iteration of pass 1
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -308,9 +308,9 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   named_barrier_sync(barrier, 128);  // s_back (copied by the whole warpgroup) is complete
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
-  const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
+  const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
 #pragma unroll 1
-  for (int j0 = 0; j0 < 16; j0 += kStep) {
+  for (int j0 = 0; j0 < kTok / 8; j0 += kStep) {
 #pragma unroll
     for (int jj = 0; jj < kStep; ++jj) {
       const int j = j0 + jj;
@@ -346,12 +346,12 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
   // Pass 2: quantize and store (a few instructions per value: unrolled).
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < kTok / 8; ++j) {
     if (8 * j >= rows_left) break;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int n = 8 * j + 2 * t + c;
-      const int row = tile.tt * kPfTokens + n;
+      const int row = tile.tt * kTok + n;
       const bool valid = rg_ok && row < count;
       const int64_t grow = off + row;
       if constexpr (kFp8Inter) {
@@ -375,32 +375,40 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 }
 #endif
 
-template <bool kFp8Inter>
+template <bool kFp8Inter, int kTok>
 __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm1Params p) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
   extern __shared__ uint8_t pf_smem[];
   const PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
                                    static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
-  pf_run<true>(o, pf_smem, [&](float (&acc_g)[64], float (&acc_u)[64], const PfTile& tile, int wg,
-                               const PfRing& ring) {
+  pf_run<true, kTok>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2], const PfTile& tile,
+                                     int wg, const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.
     switch (p.activation) {
-      case 0: pf_store_activated<kFp8Inter, 0>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-      case 1: pf_store_activated<kFp8Inter, 1>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-      default: pf_store_activated<kFp8Inter, 2>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      case 0: pf_store_activated<kFp8Inter, 0, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      case 1: pf_store_activated<kFp8Inter, 1, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      default: pf_store_activated<kFp8Inter, 2, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
     }
   });
 #endif
 }
 
+template <bool kFp8Inter, int kTok>
+void launch_prefill_t(const Gemm1Params& p, cudaStream_t stream) {
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter, kTok>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
+  gemm1_prefill_kernel<kFp8Inter, kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
+}
 template <bool kFp8Inter>
 void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-  gemm1_prefill_kernel<kFp8Inter><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
-  MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
+  switch (prefill_tile_tokens(p.tokens, p.top_k, p.num_local)) {
+    case 32: return launch_prefill_t<kFp8Inter, 32>(p, stream);
+    case 64: return launch_prefill_t<kFp8Inter, 64>(p, stream);
+    default: return launch_prefill_t<kFp8Inter, 128>(p, stream);
+  }
 }
 
 // FP8 mode (wgmma_fp8.cuh; engine.h fp8_weights): consumer warp w of warpgroup wg holds,
@@ -512,7 +520,7 @@ void check_gemm1_fp8_kernel() {
 
 bool prefill_kernels_available() {
   cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true, kPfTokens>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }

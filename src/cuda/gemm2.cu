@@ -213,7 +213,8 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 // holds output columns 64 rg + 16 w + 8 h + g of row groups rg = 4 rb + 2 wg (acc_a) and
 // + 1 (acc_b) for 128 routed rows; each row is scaled by its range factor, plus the bias.
 #if defined(MXMOE_SM90A)
-__device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[64], int rg,
+template <int kTok = kPfTokens>
+__device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[kTok / 2], int rg,
                                            const PfTile& tile, const float* s_back) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -221,10 +222,10 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
   const int64_t K = p.hidden;
   const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * K : nullptr;
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < kTok / 8; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int row = tile.tt * kPfTokens + 8 * j + 2 * t + c;
+      const int row = tile.tt * kTok + 8 * j + 2 * t + c;
       if (row >= count) continue;
       const int64_t grow = off + row;
       const float back = s_back != nullptr ? s_back[8 * j + 2 * t + c] : 1.0f;
@@ -255,22 +256,31 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Par
 #endif
 }
 
+template <int kTok>
 __global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm2Params p) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
   extern __shared__ uint8_t pf_smem[];
   const PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
                                    p.offsets, p.num_local);
-  pf_run<false>(o, pf_smem, [&](const float (&acc_a)[64], const float (&acc_b)[64], const PfTile& tile,
-                                int wg, const PfRing& ring) {
+  pf_run<false, kTok>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
+                                      const PfTile& tile, int wg, const PfRing& ring) {
     const float* s_back = ring.back + wg * kPfTokens;
     named_barrier_sync(1 + wg, 128);  // s_back (copied by the whole warpgroup) is complete
     const int rg = tile.rb * kPfRowGroups + 2 * wg;
-    pf_store_y(p, acc_a, rg, tile, s_back);
-    pf_store_y(p, acc_b, rg + 1, tile, s_back);
+    pf_store_y<kTok>(p, acc_a, rg, tile, s_back);
+    pf_store_y<kTok>(p, acc_b, rg + 1, tile, s_back);
     named_barrier_sync(1 + wg, 128);  // s_back is rewritten for the next tile
   });
 #endif
+}
+
+template <int kTok>
+void launch_prefill(const Gemm2Params& p, cudaStream_t stream) {
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel<kTok>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
+  gemm2_prefill_kernel<kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
 }
 
 template <int NT, bool kFp8>
@@ -311,10 +321,11 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_back != nullptr && p.inexact != nullptr && p.splits == 1,
                     "Gemm2Params.ib", "the prefill path needs the staged intermediate, its "
                     "range factors, the inexact word and splits 1");
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-    gemm2_prefill_kernel<<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
-    MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
+    switch (prefill_tile_tokens(p.tokens, p.top_k, p.num_local)) {
+      case 32: launch_prefill<32>(p, stream); break;
+      case 64: launch_prefill<64>(p, stream); break;
+      default: launch_prefill<128>(p, stream); break;
+    }
     // The generic kernels below leave at once unless the inexact bit is set.
   }
   const FastPlan fast =

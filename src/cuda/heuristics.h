@@ -128,22 +128,43 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 // ---------------------------------------------------------------- prefill path
 /// The prefill path (sm_90a, gemm1_act.cu / gemm2.cu with wgmma_mx.cuh): BF16 wgmma with
 /// both operands dequantized exactly to BF16 (the MX scales inside the operands), a
-/// persistent warp-specialized kernel over (expert, 128-token tile, 256-row block) tiles.
-/// Used from this many tokens on, on sm_90 devices, when every weight scale byte is at
-/// most kPrefillMaxWeightScale (fp4x8_to_bf16_scaled's exact range; real checkpoints sit
-/// far below: |w| <= 12). Otherwise the decode or generic path. Measured on the H200
-/// (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill path: M=32 968 / 564,
-/// M=48 1232 / 588, M=64 1691 / 629, M=96 2124 / 792; M=16 480 on the decode path.
-inline constexpr int64_t kPrefillMinTokens = 32;
+/// persistent warp-specialized kernel over (expert, token tile, 256-row block) tiles.
+/// Used from kPrefillMinTokens tokens on, on sm_90 devices, when every weight scale byte
+/// is at most kPrefillMaxWeightScale (fp4x8_to_bf16_scaled's exact range; real
+/// checkpoints sit far below: |w| <= 12). Otherwise the decode or generic path.
+/// Measured on the H200 (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill
+/// path with its 32-token tile (session 7): M=12 331 / 344, M=14 349 / 350, M=16 393 /
+/// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367.
+inline constexpr int64_t kPrefillMinTokens = 16;
+/// The FP8 mode's prefill (wgmma_fp8.cuh, 128-token tiles only) from this many tokens;
+/// below it the exact decode path runs, as in precision exact below kPrefillMinTokens.
+inline constexpr int64_t kFp8PrefillMinTokens = 32;
 inline constexpr uint8_t kPrefillMaxWeightScale = 128;
-inline bool use_prefill(int64_t tokens, bool capable) {
-  return capable && tokens >= kPrefillMinTokens;
+/// The exact prefill path: in FP8 mode it never runs (the FP8 kernels take over at the
+/// size where it would start, so that the workspace holds one set of staging buffers).
+inline bool use_prefill(int64_t tokens, bool capable, bool fp8_mode) {
+  return capable && tokens >= (fp8_mode ? kFp8PrefillMinTokens : kPrefillMinTokens);
 }
-/// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) replaces the
-/// prefill path from the same size on; below it the exact decode path runs (its
-/// weights stream at the HBM limit either way).
+/// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64 or 128 tokens per tile
+/// (the wgmma N). A tile costs its weight decode whatever its N, and N's tensor time
+/// whether its rows hold tokens or padding: small tiles where experts hold few rows.
+/// Chosen from the rows a local expert would hold if every routed pair were local
+/// (tokens x top_k / num_local; the device counts are not known on the host). Measured
+/// on the H200 (graph, us, Kimi shapes, rows = M x 16 / 28), tiles 32 / 64 / 128:
+/// M=32 (18 rows) 371 / 418 / 551, M=48 (27) 419 / 441 / 573, M=64 (37) 575 / 458 / 590,
+/// M=96 (55) 691 / 535 / 633, M=128 (73) 888 / 767 / 670, M=256 (146) 1500 / 1196 / 1208,
+/// M=512 2843 / 2007 / 1880.
+inline constexpr int64_t kPrefillTile32Rows = 32;
+inline constexpr int64_t kPrefillTile64Rows = 64;
+inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
+  const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
+  return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : 128;
+}
+/// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
+/// kFp8PrefillMinTokens on; below it the exact decode path runs (its weights stream at
+/// the HBM limit either way).
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
-  return fp8_mode && tokens >= kPrefillMinTokens;
+  return fp8_mode && tokens >= kFp8PrefillMinTokens;
 }
 /// Bits of the prefill path's per-forward word: an activation row (x) or an intermediate
 /// row held a value that BF16 cannot hold exactly (stage_bf16.cu), so that GEMM runs on

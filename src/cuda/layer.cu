@@ -5,6 +5,7 @@
 // all on the caller's stream: no allocation, no host synchronization, graph-capturable.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -285,7 +286,7 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xf_scale = take(M * Kg * 4);
     l.if8 = take(pairs * Ng * 128);
     l.if8_scale = take(pairs * Ng * 4);
-  } else if (tokens >= kPrefillMinTokens) {
+  } else if (use_prefill(tokens, true, cfg.precision == Precision::FP8)) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
     l.inexact = take(sizeof(uint32_t));
     l.xb = take(M * Kp * 2);
@@ -389,8 +390,12 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     const auto in_range = [](const std::vector<uint8_t>& v) {
       return std::all_of(v.begin(), v.end(), [](uint8_t b) { return b <= kPrefillMaxWeightScale; });
     };
-    s.prefill_ok = prop.major == 9 && prefill_kernels_available() && in_range(weights.w13_scale) &&
-                   in_range(weights.w2_scale);
+    // MXMOE_PREFILL=0: a test knob that keeps the decode and generic paths at every size
+    // (their kernels still serve GPUs without the sm_90a prefill kernels).
+    const char* knob = std::getenv("MXMOE_PREFILL");
+    const bool disabled = knob != nullptr && std::string(knob) == "0";
+    s.prefill_ok = !disabled && prop.major == 9 && prefill_kernels_available() &&
+                   in_range(weights.w13_scale) && in_range(weights.w2_scale);
   }
   if (cfg.precision == Precision::FP8) {
     if (prop.major != 9 || !prefill_kernels_available())
@@ -579,7 +584,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
   // FP8 mode (config.precision fp8) at prefill sizes; otherwise the exact paths.
   const bool fp8 = use_fp8_prefill(M, cfg.precision == Precision::FP8);
-  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok);
+  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok, cfg.precision == Precision::FP8);
   uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
   StageFp8Params fx;

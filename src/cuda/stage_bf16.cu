@@ -16,6 +16,7 @@
 
 #include "common.cuh"
 #include "engine.h"
+#include "heuristics.h"
 #include "mxmoe/formats.h"
 
 namespace mxmoe::cuda_detail {
@@ -137,6 +138,14 @@ int prefill_ctas() {
     if (n >= 1 && n < sms) return n;
   }
   return sms;
+}
+
+int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local) {
+  if (const char* v = std::getenv("MXMOE_PREFILL_TOKEN_TILE")) {
+    const int n = std::atoi(v);
+    if (n == 32 || n == 64 || n == 128) return n;
+  }
+  return prefill_token_tile(tokens, top_k, num_local);
 }
 
 }  // namespace mxmoe::cuda_detail

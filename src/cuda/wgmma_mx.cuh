@@ -24,9 +24,12 @@
 // Its K permutation inside an MX block (lane t holds elements 8t..8t+7) is undone by
 // permuting the staged B rows the same way (stage_bf16.cu), so no shuffle is needed.
 //
-// Tiles: per expert, ceil(rows / 128) token tiles x ceil(RG / 4) row blocks, row block
+// Tiles: per expert, ceil(rows / kTok) token tiles x ceil(RG / 4) row blocks, row block
 // fastest so that the CTAs running at once share one token tile and one expert's weights
-// in L2. Every role walks the same tile sequence (pf_tile).
+// in L2. Every role walks the same tile sequence (pf_tile). The token tile kTok is 128,
+// or 64 / 32 where experts hold few rows (heuristics.h prefill_token_tile): the wgmma
+// N, the B rows copied and the epilogue's token blocks shrink with it, the weight decode
+// per chunk does not, so a small tile saves the tensor time of padding rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,7 +42,7 @@
 
 namespace mxmoe::cuda_detail {
 
-inline constexpr int kPfTokens = 128;                          // token tile (wgmma N)
+inline constexpr int kPfTokens = 128;                          // largest token tile (wgmma N)
 inline constexpr int kPfRowGroups = 4;                         // 64-row groups per tile
 inline constexpr int kPfStages = 6;                            // ring depth
 inline constexpr int kPfLag = 2;                               // producer chunks in flight
@@ -60,10 +63,12 @@ inline constexpr int kPfSmemBytes =
 struct PfTile {
   int e = -1, tt = 0, rb = 0;
 };
-/// Tile `i` of the sequence (e = -1 past the end). Rows per expert come from the device.
+/// Tile `i` of the sequence for kTok-token tiles (e = -1 past the end). Rows per expert
+/// come from the device.
+template <int kTok = kPfTokens>
 __device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i) {
   for (int e = 0; e < num_local; ++e) {
-    const int n = (counts[e] + kPfTokens - 1) / kPfTokens * rb_count;
+    const int n = (counts[e] + kTok - 1) / kTok * rb_count;
     if (i < n) return PfTile{e, i / rb_count, i % rb_count};
     i -= n;
   }
@@ -147,25 +152,27 @@ struct PfCursor {
 };
 
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
-/// of token rows (i >> 3) + 16m (m < 8), weight words i + 128q (q < 4) and, for i < 32,
-/// the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival waits for
-/// its copies kPfLag chunks later (cp.async groups complete in order). Threads with
-/// i & 7 == 0 also store their 8 rows' range factors into the tile's first stage.
+/// of token rows (i >> 3) + 16m (m < kTok / 16), weight words i + 128q (q < 4) and, for
+/// i < 32, the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival
+/// waits for its copies kPfLag chunks later (cp.async groups complete in order). Threads
+/// with i & 7 == 0 also store their rows' range factors into the tile's first stage.
+template <int kTok>
 __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
+  constexpr int kRows = kTok / 16;  // token rows per thread
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
   const int rb_count = o.rb_count();
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
   for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
+    const PfTile t = pf_tile<kTok>(o.counts, o.num_local, rb_count, ti);
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
-    int64_t src[8];  // element offset of this thread's piece in B row r0 + 16m, or -1
-    float back[8];   // its range factor (used by threads with c == 0)
+    int64_t src[kRows];  // element offset of this thread's piece in B row r0 + 16m, or -1
+    float back[kRows];   // its range factor (used by threads with c == 0)
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const int row = t.tt * kPfTokens + r0 + 16 * m;
+    for (int m = 0; m < kRows; ++m) {
+      const int row = t.tt * kTok + r0 + 16 * m;
       src[m] = -1;
       back[m] = 1.0f;
       if (row < count) {
@@ -183,10 +190,10 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       uint8_t* st = ring.stages + s * kPfStageBytes;
       if (kc == 0 && c == 0) {
 #pragma unroll
-        for (int m = 0; m < 8; ++m) reinterpret_cast<float*>(st + kPfStageBack)[r0 + 16 * m] = back[m];
+        for (int m = 0; m < kRows; ++m) reinterpret_cast<float*>(st + kPfStageBack)[r0 + 16 * m] = back[m];
       }
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
+      for (int m = 0; m < kRows; ++m) {
         const int r = r0 + 16 * m;
         const uint16_t* g = src[m] >= 0 ? o.b + src[m] + kc * 64 : o.b;
         cp_async_16_zfill(st + r * 128 + ((c ^ (r & 7)) << 4), g, src[m] >= 0 ? 16u : 0u);
@@ -232,16 +239,16 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 }
 
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
-/// tiles x 128 tokens over all of K. kGated (GEMM1): both tiles in row group 2wg + w/2,
+/// tiles x kTok tokens (kTok / 2 accumulators each) over all of K. kGated (GEMM1): both tiles in row group 2wg + w/2,
 /// gate rows (m16 tile w % 2) in acc_a and the up rows of the same columns (tile
 /// 2 + w % 2) in acc_b, so the activation needs no exchange. Otherwise (GEMM2): row
 /// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks the ring's chunks in
 /// the producer's sequence. The tile's range factors are
 /// copied to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup
 /// barrier).
-template <bool kGated>
-__device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[64], const PfRing& ring,
-                                            PfCursor& cur, int kc_count, int wg) {
+template <bool kGated, int kTok>
+__device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
+                                            const PfRing& ring, PfCursor& cur, int kc_count, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;
   const int qb = kGated ? qa : 2 * wg + 1;
@@ -252,13 +259,13 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
   const int soff_a = kPfStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
   const int soff_b = kPfStageB + kPfStageW + ((qb * 8 + g) * 4 + mtb) * 4;
 #pragma unroll
-  for (int j = 0; j < 64; ++j) acc_a[j] = acc_b[j] = 0.0f;
+  for (int j = 0; j < kTok / 2; ++j) acc_a[j] = acc_b[j] = 0.0f;
   int prev = 0;  // stage of the previous chunk
   for (int kc = 0; kc < kc_count; ++kc) {
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
     const uint8_t* st = ring.stages + s * kPfStageBytes;
-    if (kc == 0)
+    if (kc == 0 && (threadIdx.x & 127) < kTok)
       ring.back[wg * kPfTokens + (threadIdx.x & 127)] =
           reinterpret_cast<const float*>(st + kPfStageBack)[threadIdx.x & 127];
     const uint4 wa = *reinterpret_cast<const uint4*>(st + woff_a);
@@ -290,8 +297,8 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
 #pragma unroll
       for (int k16 = 0; k16 < 2; ++k16) {
         const uint64_t d = desc + static_cast<uint64_t>(((2 * b + k16) * 32) >> 4);
-        wgmma_m64n128k16_rs(acc_a, fa[b][k16], d);
-        wgmma_m64n128k16_rs(acc_b, fb[b][k16], d);
+        wgmma_rs(acc_a, fa[b][k16], d);
+        wgmma_rs(acc_b, fb[b][k16], d);
       }
     wgmma_commit();
     prev = s;
@@ -306,23 +313,23 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[64], float (&acc_b)[6
 /// Body of both prefill kernels: the ring, the producer warpgroup, and the consumers'
 /// tile loop, which hands each tile's accumulators to
 /// `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer warpgroup 0 or 1).
-template <bool kGated, class Epilogue>
+template <bool kGated, int kTok, class Epilogue>
 __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const PfRing ring = pf_ring(dyn_smem);
   pf_init_barriers(ring);
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     setmaxnreg_dec<56>();
-    pf_producer(o, ring);
+    pf_producer<kTok>(o, ring);
     return;
   }
   setmaxnreg_inc<224>();
   PfCursor cur;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    const PfTile tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti);
     if (tile.e < 0) break;
-    float acc_a[64], acc_b[64];
-    pf_mainloop<kGated>(acc_a, acc_b, ring, cur, o.kc_count, wg - 1);
+    float acc_a[kTok / 2], acc_b[kTok / 2];
+    pf_mainloop<kGated, kTok>(acc_a, acc_b, ring, cur, o.kc_count, wg - 1);
     epilogue(acc_a, acc_b, tile, wg - 1, ring);
   }
 }

@@ -456,9 +456,12 @@ struct StageCase {
   int64_t M, K, N;
   bool tiny_block = false;  // token 1's first MX block scaled 2^-127: not exact in BF16
   int prefill_ctas = 0;     // > 0: MXMOE_PREFILL_CTAS (several tiles per CTA)
+  int token_tile = 0;       // > 0: MXMOE_PREFILL_TOKEN_TILE (32 / 64 / 128), else the heuristic
+  bool decode_only = false; // MXMOE_PREFILL=0: the decode / generic paths at this size
 };
 
-bool prefill_expected(int64_t M) {
+bool prefill_expected(int64_t M, bool decode_only = false) {
+  if (decode_only) return false;
   cudaDeviceProp prop{};
   int dev = 0;
   cudaGetDevice(&dev);
@@ -505,7 +508,9 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   const Routing routing = random_routing(M, k, {0, 2, 4, 5, 7, 3}, 300 + M, true);  // 6 unused
 
+  if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
   CudaMoeLayer layer(cfg, w);
+  unsetenv("MXMOE_PREFILL");
   const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(cfg, M);
   Dev<uint8_t> ws(layer.workspace_size(M)), dxc(xc), dxs(xs);
   Dev<uint16_t> dxb(xb), out(M * K);
@@ -520,13 +525,15 @@ void run_gemm1_stage(const StageCase& sc) {
   a.topk_weights = wts.p;
   a.out = out.p;
   if (sc.prefill_ctas > 0) setenv("MXMOE_PREFILL_CTAS", std::to_string(sc.prefill_ctas).c_str(), 1);
+  if (sc.token_tile > 0) setenv("MXMOE_PREFILL_TOKEN_TILE", std::to_string(sc.token_tile).c_str(), 1);
   layer.forward(a, ws.p, ws.n, nullptr);
   unsetenv("MXMOE_PREFILL_CTAS");
+  unsetenv("MXMOE_PREFILL_TOKEN_TILE");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto wsh = ws.down();
 
   // Prefill path (sm_90): x staged exactly, or flagged and run on the generic path.
-  const bool prefill = prefill_expected(M);
+  const bool prefill = prefill_expected(M, sc.decode_only);
   if (prefill) {
     uint32_t inexact = 0;
     std::memcpy(&inexact, wsh.data() + L.inexact, 4);
@@ -633,7 +640,7 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   const StageCase cases[] = {
       {Activation::SiTU, true, true, false, 8, 128, 64},      // decode tile (NT=1)
       {Activation::SiTU, true, true, false, 12, 160, 64},     // decode path, NT=2, 3 chunks
-      {Activation::SiTU, true, true, false, 20, 96, 96},      // NT=4, K % 64 == 32
+      {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true},  // NT=4, K % 64 == 32
       // Block-diagonal decode (warp_mma_diag) for experts of 1, 2 and 3-4 rows: a partial
       // cycle (5 and 9 MX blocks), K % 64 == 32 with biases, BF16 intermediate.
       {Activation::SiTU, true, true, false, 1, 160, 64},
@@ -641,7 +648,7 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, false, false, 3, 288, 64},
       // The 16-row kernel serving experts of <= 8 rows too (8-row and diagonal bodies).
       {Activation::SiTU, true, true, false, 14, 128, 64},
-      {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96},  // biases
+      {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96, false, 0, 0, true},  // biases
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
       {Activation::SiTU, false, true, false, 33, 160, 64},
       {Activation::SwiGLU_OAI, true, false, true, 2, 96, 32},
@@ -657,11 +664,22 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       // consumers' turns and the ring's wrap-around inside and across tiles.
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2},
       {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3},
+      // The 32- and 64-token tiles (wgmma N 32 / 64, fewer producer rows, fewer epilogue
+      // token blocks): the same coverage, every expert holding several of those tiles.
+      {Activation::SiTU, true, true, false, 300, 128, 64, false, 0, 32},
+      {Activation::SwiGLU_OAI, true, true, true, 160, 96, 96, false, 0, 64},
+      {Activation::SiLU_Gated, false, false, false, 140, 64, 160, false, 0, 32},
+      {Activation::SiTU, false, true, false, 129, 192, 64, false, 0, 64},
+      {Activation::SiTU, true, false, false, 150, 128, 64, true, 0, 32},
+      {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2, 64},
+      {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3, 32},
+      {Activation::SiTU, true, true, false, 40, 160, 64},  // the heuristic's own tile at M=40
+      {Activation::SiTU, true, true, false, 20, 160, 64},  // prefill from kPrefillMinTokens
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
                                     << " mid_fp8 " << c.mid_fp8 << " M " << c.M << " K " << c.K
-                                    << " N " << c.N);
+                                    << " N " << c.N << " token tile " << c.token_tile);
     run_gemm1_stage(c);
   }
 }
@@ -1480,12 +1498,12 @@ TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
   const MoeConfig fp8 = fp8_cfg(Activation::SiTU);
   for (const MoeConfig* cfg : std::vector<const MoeConfig*>{&exact, &fp8}) {
     size_t prev = 0;
-    for (int64_t M : {1, 2, 8, 16, 31, 32, 33, 64, 128, 1000, 4096}) {
+    for (int64_t M : {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 128, 1000, 4096}) {
       const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(*cfg, M);
       EXPECT_GE(L.total, prev) << to_string(cfg->precision) << " M=" << M;
       prev = L.total;
-      const bool prefill = M >= cd::kPrefillMinTokens;
       const bool f8 = cfg->precision == Precision::FP8;
+      const bool prefill = M >= (f8 ? cd::kFp8PrefillMinTokens : cd::kPrefillMinTokens);
       EXPECT_EQ(L.xf != 0, prefill && f8) << "M=" << M;
       EXPECT_EQ(L.if8 != 0, prefill && f8) << "M=" << M;
       EXPECT_EQ(L.xb != 0, prefill && !f8) << "M=" << M;
