@@ -257,17 +257,17 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 }
 
 // Prefill path (heuristics.h use_prefill, wgmma_mx.cuh). Consumer warp w of warpgroup wg
-// holds, for 128 tokens, gate (acc_g) and up (acc_u) of intermediate columns
+// holds, for the tile's kTok tokens, gate (acc_g) and up (acc_u) of intermediate columns
 // 32 rg + 16 (w % 2) + 8 h + g, rg = 4 rb + 2 wg + w / 2: the activation is computed in
 // registers; for MXFP8 the amax of a token's 32 columns (its row group) spans warps w
 // and w ^ 1: each reduces its 16 over g by shuffles, and the pair meets in shared memory.
 //
-// Pass 1 (the activations) is a rolled loop over the 16 blocks of 8 tokens. Fully
-// unrolled it was 64 activations of straight-line code (about 21k instructions, 330 KB)
-// run once per tile, so the warps stalled on instruction fetch. Registers cannot be
-// indexed at run time, so the accumulators rotate instead: the two blocks an iteration
-// works on always sit in slots 0..7, and after the 8 iterations acc_g is back in place,
-// holding the activations (acc_u is spent).
+// Pass 1 (the activations) is a rolled loop over the kTok / 8 blocks of 8 tokens. Fully
+// unrolled (128 tokens) it was 64 activations of straight-line code (about 21k
+// instructions, 330 KB) run once per tile, so the warps stalled on instruction fetch.
+// Registers cannot be indexed at run time, so the accumulators rotate instead: the two
+// blocks an iteration works on always sit in slots 0..7, and after the last iteration
+// acc_g is back in place, holding the activations (acc_u is spent).
 #if defined(MXMOE_SM90A)
 template <int kBlocks, int kN>
 __device__ __forceinline__ void rotate_down(float (&a)[kN]) {
@@ -382,8 +382,8 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
   extern __shared__ uint8_t pf_smem[];
   const PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
                                    static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
-  pf_run<true, kTok>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2], const PfTile& tile,
-                                     int wg, const PfRing& ring) {
+  pf_run<true, kTok>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
+                                     const PfTile& tile, int wg, const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.
     switch (p.activation) {
@@ -547,7 +547,8 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
     else launch_prefill<false>(p, stream);
     // The generic kernels below leave at once unless the inexact bit is set.
   }
-  const FastPlan fast = p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock, FastGemm::kGemm1);
+  const FastPlan fast =
+      p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock, FastGemm::kGemm1);
   if (fast.ok) {
     for (int i = 0; i < fast.n; ++i) {
       const FastClass& c = fast.c[i];

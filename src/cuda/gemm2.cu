@@ -211,7 +211,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 
 // Prefill path (heuristics.h use_prefill, wgmma_mx.cuh): consumer warp w of warpgroup wg
 // holds output columns 64 rg + 16 w + 8 h + g of row groups rg = 4 rb + 2 wg (acc_a) and
-// + 1 (acc_b) for 128 routed rows; each row is scaled by its range factor, plus the bias.
+// + 1 (acc_b) for kTok routed rows; each row is scaled by its range factor, plus the bias.
 #if defined(MXMOE_SM90A)
 template <int kTok = kPfTokens>
 __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[kTok / 2], int rg,
@@ -329,7 +329,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     // The generic kernels below leave at once unless the inexact bit is set.
   }
   const FastPlan fast =
-      p.prefill ? FastPlan{} : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock, FastGemm::kGemm2);
+      p.prefill ? FastPlan{}
+                : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock, FastGemm::kGemm2);
   if (fast.ok) {
     const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
                                       p.bias == nullptr && p.back != nullptr);

@@ -276,7 +276,8 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   l.inter_scale = take(fp8_mid ? pairs * N / kMxBlock : 0);
   const bool splittable = fp8_mid && !cfg.has_bias;
   l.gemm2_splits = cuda_detail::gemm2_splits(
-      tokens, plan_fast(tokens, fp8_mid, cfg.intermediate / kMxBlock, FastGemm::kGemm2).ok, cfg.has_bias);
+      tokens, plan_fast(tokens, fp8_mid, cfg.intermediate / kMxBlock, FastGemm::kGemm2).ok,
+      cfg.has_bias);
   l.y = take(static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4);
   l.back = take(pairs * 4);
   if (use_fp8_prefill(tokens, cfg.precision == Precision::FP8)) {

@@ -217,9 +217,15 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_
       : "memory");
 }
 /// wgmma_m64n{32,64,128}k16_rs by the accumulator count.
-__device__ __forceinline__ void wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t b) { wgmma_m64n32k16_rs(d, a, b); }
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) { wgmma_m64n64k16_rs(d, a, b); }
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) { wgmma_m64n128k16_rs(d, a, b); }
+__device__ __forceinline__ void wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n32k16_rs(d, a, b);
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n64k16_rs(d, a, b);
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n128k16_rs(d, a, b);
+}
 /// D[64 x 128] (+)= A[64 x 32] * B[32 x 128], both E4M3 in shared memory (descriptors,
 /// K-major: FP8 wgmma has no transposed form), fp32 accumulators in the layout of
 /// wgmma_m64n128k16_rs. `accumulate` 0 overwrites D (the first K step of a group).

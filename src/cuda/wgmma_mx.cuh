@@ -10,15 +10,16 @@
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
 //   warpgroup 0 (producer, 56 registers): cp.async of each 64-K chunk into a ring of
-//     kPfStages shared stages: the 128 token rows (B, BF16, 128-byte swizzled rows, the
-//     wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and their scale words.
-//     A stage is published on its `full` mbarrier once the copies have landed. A tile's
-//     first stage also carries its 128 row range factors, for the epilogue.
+//     kPfStages shared stages: the tile's kTok token rows (B, BF16, 128-byte swizzled
+//     rows, the wgmma K-major layout; room for 128), the CTA's 4 x 64 tiled weight rows
+//     and their scale words. A stage is published on its `full` mbarrier once the copies
+//     have landed. A tile's first stage also carries its kTok row range factors.
 //   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
-//     128 tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
-//     from shared memory into registers and issues one group of 8 wgmma m64n128k16 (A
-//     registers, B shared); two fp32 accumulators of 64 x 128 per warpgroup. A chunk's
-//     stage goes back on `empty` once the next chunk's wait has retired its group.
+//     kTok tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
+//     from shared memory into registers and issues one group of 8 wgmma m64nNk16 with
+//     N = kTok (A registers, B shared); two fp32 accumulators of 64 x kTok per
+//     warpgroup. A chunk's stage goes back on `empty` once the next chunk's wait has
+//     retired its group.
 // Weights are the MMA's M dimension ("swap AB"): the tiled layout (engine.h) already
 // gives each lane its m16n8k16 A fragment, which is also the wgmma A fragment of its warp.
 // Its K permutation inside an MX block (lane t holds elements 8t..8t+7) is undone by
@@ -239,13 +240,12 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 }
 
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
-/// tiles x kTok tokens (kTok / 2 accumulators each) over all of K. kGated (GEMM1): both tiles in row group 2wg + w/2,
-/// gate rows (m16 tile w % 2) in acc_a and the up rows of the same columns (tile
-/// 2 + w % 2) in acc_b, so the activation needs no exchange. Otherwise (GEMM2): row
-/// groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks the ring's chunks in
-/// the producer's sequence. The tile's range factors are
-/// copied to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup
-/// barrier).
+/// tiles x kTok tokens (kTok / 2 accumulators each) over all of K. kGated (GEMM1): both
+/// tiles in row group 2wg + w/2, gate rows (m16 tile w % 2) in acc_a and the up rows of
+/// the same columns (tile 2 + w % 2) in acc_b, so the activation needs no exchange.
+/// Otherwise (GEMM2): row groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks
+/// the ring's chunks in the producer's sequence. The tile's kTok range factors are copied
+/// to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup barrier).
 template <bool kGated, int kTok>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
                                             const PfRing& ring, PfCursor& cur, int kc_count, int wg) {
