@@ -137,13 +137,13 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 /// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367.
 inline constexpr int64_t kPrefillMinTokens = 16;
 /// The FP8 mode's prefill (wgmma_fp8.cuh, 128-token tiles only) from this many tokens;
-/// below it the exact decode path runs, as in precision exact below kPrefillMinTokens.
+/// below it the exact paths run (decode, then exact prefill from kPrefillMinTokens).
 inline constexpr int64_t kFp8PrefillMinTokens = 32;
 inline constexpr uint8_t kPrefillMaxWeightScale = 128;
-/// The exact prefill path: in FP8 mode it never runs (the FP8 kernels take over at the
-/// size where it would start, so that the workspace holds one set of staging buffers).
-inline bool use_prefill(int64_t tokens, bool capable, bool fp8_mode) {
-  return capable && tokens >= (fp8_mode ? kFp8PrefillMinTokens : kPrefillMinTokens);
+/// The exact prefill path (in FP8 mode only below kFp8PrefillMinTokens: the caller asks
+/// use_fp8_prefill first).
+inline bool use_prefill(int64_t tokens, bool capable) {
+  return capable && tokens >= kPrefillMinTokens;
 }
 /// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64 or 128 tokens per tile
 /// (the wgmma N). A tile costs its weight decode whatever its N, and N's tensor time

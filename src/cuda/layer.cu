@@ -287,7 +287,7 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xf_scale = take(M * Kg * 4);
     l.if8 = take(pairs * Ng * 128);
     l.if8_scale = take(pairs * Ng * 4);
-  } else if (use_prefill(tokens, true, cfg.precision == Precision::FP8)) {
+  } else if (use_prefill(tokens, true)) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
     l.inexact = take(sizeof(uint32_t));
     l.xb = take(M * Kp * 2);
@@ -296,6 +296,12 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.ib_back = take(pairs * 4);
   }
   l.total = align256(off);
+  // FP8 mode: from kFp8PrefillMinTokens its staging buffers replace the exact prefill
+  // path's, which are larger. The total stays at least that of the last size that used
+  // those, so it never shrinks as M grows (workspace_size(max) covers every M <= max).
+  if (use_fp8_prefill(tokens, cfg.precision == Precision::FP8) &&
+      use_prefill(kFp8PrefillMinTokens - 1, true))
+    l.total = std::max(l.total, make(cfg, kFp8PrefillMinTokens - 1).total);
   return l;
 }
 
@@ -585,7 +591,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
   // FP8 mode (config.precision fp8) at prefill sizes; otherwise the exact paths.
   const bool fp8 = use_fp8_prefill(M, cfg.precision == Precision::FP8);
-  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok, cfg.precision == Precision::FP8);
+  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok);
   uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
   StageFp8Params fx;

@@ -1345,9 +1345,10 @@ std::vector<int32_t> iota_ids(int32_t n) {
 }
 
 // The whole layer in the FP8 mode against the float64 reference, judged by the mode's
-// documented bound (suite.h tolerance_for), all activations, with and without bias; at
-// decode sizes it runs the exact decode path (bitwise equal to precision exact). The
-// measured metrics are printed for docs/FP8_MODE.md.
+// documented bound (suite.h tolerance_for), all activations, with and without bias; below
+// kFp8PrefillMinTokens it runs the exact paths (bitwise equal to precision exact: the
+// decode path at M=8, the exact prefill path at M=24). The measured metrics are printed
+// for docs/FP8_MODE.md.
 TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
   REQUIRE_FP8_MODE();
   int seed = 11;
@@ -1357,7 +1358,7 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
     exact_cfg.precision = Precision::Exact;
     const SyntheticLayer syn = make_synthetic_layer(cfg, 500 + seed);
     CudaMoeLayer layer(cfg, syn.weights), exact(exact_cfg, syn.weights);
-    for (int64_t M : {8, 32, 96}) {
+    for (int64_t M : {8, 24, 32, 96}) {
       SCOPED_TRACE(cfg.describe() + " M=" + std::to_string(M));
       const Activations x = make_activations(M, cfg.hidden, 600 + seed);
       const Routing r = random_routing(M, cfg.top_k, iota_ids(28), 700 + seed, true);
@@ -1370,7 +1371,7 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
       const auto g = s.run_graph(1);
       EXPECT_TRUE(g[0].bf16 == o.bf16) << "graph replay differs from eager";
       if (!cd::use_fp8_prefill(M, true)) {
-        EXPECT_TRUE(o.bf16 == oe.bf16) << "below the prefill sizes the FP8 mode must run the exact path";
+        EXPECT_TRUE(o.bf16 == oe.bf16) << "below its sizes the FP8 mode must run the exact paths";
         continue;
       }
       const Tolerance tol = tolerance_for(cfg);
@@ -1503,12 +1504,15 @@ TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
       EXPECT_GE(L.total, prev) << to_string(cfg->precision) << " M=" << M;
       prev = L.total;
       const bool f8 = cfg->precision == Precision::FP8;
-      const bool prefill = M >= (f8 ? cd::kFp8PrefillMinTokens : cd::kPrefillMinTokens);
-      EXPECT_EQ(L.xf != 0, prefill && f8) << "M=" << M;
-      EXPECT_EQ(L.if8 != 0, prefill && f8) << "M=" << M;
-      EXPECT_EQ(L.xb != 0, prefill && !f8) << "M=" << M;
-      EXPECT_EQ(L.ib != 0, prefill && !f8) << "M=" << M;
-      if (prefill && f8) {
+      // FP8 mode from kFp8PrefillMinTokens; the exact prefill path from kPrefillMinTokens
+      // below that (and in precision exact).
+      const bool fp8_prefill = f8 && M >= cd::kFp8PrefillMinTokens;
+      const bool exact_prefill = !fp8_prefill && M >= cd::kPrefillMinTokens;
+      EXPECT_EQ(L.xf != 0, fp8_prefill) << "M=" << M;
+      EXPECT_EQ(L.if8 != 0, fp8_prefill) << "M=" << M;
+      EXPECT_EQ(L.xb != 0, exact_prefill) << "M=" << M;
+      EXPECT_EQ(L.ib != 0, exact_prefill) << "M=" << M;
+      if (fp8_prefill) {
         const size_t pairs = static_cast<size_t>(M * cfg->top_k);
         EXPECT_GE(L.if8_scale - L.if8, pairs * static_cast<size_t>(cfg->intermediate)) << "M=" << M;
         EXPECT_GE(L.total - L.if8_scale, pairs * static_cast<size_t>(cfg->intermediate / 128) * 4) << "M=" << M;
