@@ -161,8 +161,7 @@ inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : 128;
 }
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
-/// kFp8PrefillMinTokens on; below it the exact decode path runs (its weights stream at
-/// the HBM limit either way).
+/// kFp8PrefillMinTokens on; below it the exact paths run (use_prefill).
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
   return fp8_mode && tokens >= kFp8PrefillMinTokens;
 }
