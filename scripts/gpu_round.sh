@@ -53,8 +53,9 @@ if has run; then
   note "mxmoe run (main job)" "rc=$? $(last_line "$O/run.log" 'passed')"
 fi
 if has bench; then
-  # Decode (M <= 32) and prefill (M >= 128, issue 5) cases, the baseline in the same run.
-  tokens=1,2,4,8,16,32,64,128,512,1024,4096,16384
+  # Decode (M < 16), small-tile prefill (16..96) and prefill (M >= 128, issue 5) cases,
+  # the baseline in the same run.
+  tokens=1,2,4,8,16,24,32,64,96,128,512,1024,4096,16384
   timeout 300 python3 bench/torch_baseline.py --tokens $tokens --json "$O/torch_baseline.json" > "$O/torch_baseline.log" 2>&1
   note "torch baseline" "rc=$?"
   timeout 300 "$B"/mxmoe bench --tokens $tokens --iterations 20 --baseline "$O/torch_baseline.json" --json "$O/bench.json" > "$O/bench.log" 2>&1
@@ -68,7 +69,7 @@ if has fp8; then
   note "validate fp8" "rc=$? $(last_line "$O/validate_fp8.log" 'passed')"
   base=()
   [ -f "$O/torch_baseline.json" ] && base=(--baseline "$O/torch_baseline.json")
-  timeout 300 "$B"/mxmoe bench --tokens 128,512,1024,4096,16384 --iterations 20 --precision fp8 "${base[@]}" \
+  timeout 300 "$B"/mxmoe bench --tokens 24,32,64,128,512,1024,4096,16384 --iterations 20 --precision fp8 "${base[@]}" \
     --json "$O/bench_fp8.json" > "$O/bench_fp8.log" 2>&1
   note "mxmoe bench --precision fp8" "rc=$?"
 fi
