@@ -149,25 +149,26 @@ __device__ __forceinline__ uint64_t smem_desc_k128(const void* p) {
   return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | (uint64_t{1024 >> 4} << 32) | (1ull << 62);
 }
 
-// The 64 fp32 accumulator registers of an m64n128 wgmma: operands %0..%63, read and
-// written ("+f"), in the order of the D layout below.
-#define MXMOE_WGMMA_ACC64_REGS                                                             \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "     \
-  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "      \
-  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "      \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+// The fp32 accumulator operands of an m64nN wgmma (N = 32, 64, 128: N / 2 registers),
+// read and written ("+f") in the order of the D layout below: the register list of the
+// instruction (%0 .. %(N/2 - 1), first in the operand list) and the matching constraints,
+// built from 16-register pieces so that every wgmma wrapper shares them.
+#define MXMOE_WGMMA_R0_15 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define MXMOE_WGMMA_R16_31 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MXMOE_WGMMA_R32_47 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define MXMOE_WGMMA_R48_63 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MXMOE_WGMMA_ACC16_REGS "{" MXMOE_WGMMA_R0_15 "}, "
+#define MXMOE_WGMMA_ACC32_REGS "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 "}, "
+#define MXMOE_WGMMA_ACC64_REGS \
+  "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 ", " MXMOE_WGMMA_R32_47 ", " MXMOE_WGMMA_R48_63 "}, "
+#define MXMOE_WGMMA_F8(d, o)                                                                \
+  "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]),           \
+      "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
+#define MXMOE_WGMMA_ACC16(d) MXMOE_WGMMA_F8(d, 0), MXMOE_WGMMA_F8(d, 8)
+#define MXMOE_WGMMA_ACC32(d) MXMOE_WGMMA_ACC16(d), MXMOE_WGMMA_F8(d, 16), MXMOE_WGMMA_F8(d, 24)
 #define MXMOE_WGMMA_ACC64(d)                                                                \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
-      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),          \
-      "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),       \
-      "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),       \
-      "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),       \
-      "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),       \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),       \
-      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),       \
-      "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),       \
-      "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+  MXMOE_WGMMA_ACC32(d), MXMOE_WGMMA_F8(d, 32), MXMOE_WGMMA_F8(d, 40), MXMOE_WGMMA_F8(d, 48), \
+      MXMOE_WGMMA_F8(d, 56)
 
 /// D[64 x 128] += A[64 x 16] * B[16 x 128], A bf16 in registers (each warp of the
 /// warpgroup holds 16 rows in the mma.m16n8k16 A layout), B bf16 in shared memory
@@ -191,15 +192,10 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      MXMOE_WGMMA_ACC32_REGS
       "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-        "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-        "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-        "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : MXMOE_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 }
@@ -207,12 +203,10 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      MXMOE_WGMMA_ACC16_REGS
       "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-        "+f"(d[15])
+      : MXMOE_WGMMA_ACC16(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 }
