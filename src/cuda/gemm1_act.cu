@@ -404,11 +404,9 @@ void launch_prefill_t(const Gemm1Params& p, cudaStream_t stream) {
 }
 template <bool kFp8Inter>
 void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
-  switch (prefill_tile_tokens(p.tokens, p.top_k, p.num_local)) {
-    case 32: return launch_prefill_t<kFp8Inter, 32>(p, stream);
-    case 64: return launch_prefill_t<kFp8Inter, 64>(p, stream);
-    default: return launch_prefill_t<kFp8Inter, 128>(p, stream);
-  }
+  with_prefill_tile(prefill_tile_tokens(p.tokens, p.top_k, p.num_local), [&](auto tile) {
+    launch_prefill_t<kFp8Inter, decltype(tile)::value>(p, stream);
+  });
 }
 
 // FP8 mode (wgmma_fp8.cuh; engine.h fp8_weights): consumer warp w of warpgroup wg holds,

@@ -321,11 +321,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_back != nullptr && p.inexact != nullptr && p.splits == 1,
                     "Gemm2Params.ib", "the prefill path needs the staged intermediate, its "
                     "range factors, the inexact word and splits 1");
-    switch (prefill_tile_tokens(p.tokens, p.top_k, p.num_local)) {
-      case 32: launch_prefill<32>(p, stream); break;
-      case 64: launch_prefill<64>(p, stream); break;
-      default: launch_prefill<128>(p, stream); break;
-    }
+    with_prefill_tile(prefill_tile_tokens(p.tokens, p.top_k, p.num_local),
+                      [&](auto tile) { launch_prefill<decltype(tile)::value>(p, stream); });
     // The generic kernels below leave at once unless the inexact bit is set.
   }
   const FastPlan fast =

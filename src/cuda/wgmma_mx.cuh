@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine.h"
 #include "mx_mma.cuh"
@@ -60,6 +61,18 @@ inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue
 /// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
 inline constexpr int kPfSmemBytes =
     1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4;
+
+/// Calls f(std::integral_constant<int, kTok>{}) for a token tile `tile` of 32, 64 or 128
+/// (prefill_tile_tokens): the one place where the tile sizes meet the kernels'
+/// instantiations, shared by the GEMM1 and GEMM2 launchers.
+template <class F>
+void with_prefill_tile(int tile, F&& f) {
+  switch (tile) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    default: return f(std::integral_constant<int, kPfTokens>{});
+  }
+}
 
 struct PfTile {
   int e = -1, tt = 0, rb = 0;
