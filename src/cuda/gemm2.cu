@@ -109,7 +109,6 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   const uint4* wp = p.w2.packed + (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 4 * 32;
   const uint4* ws4 = reinterpret_cast<const uint4*>(p.w2.scale) +
                      (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 8;
-  const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
   const uint8_t* inter = static_cast<const uint8_t*>(p.inter);
   const bool special =
       p.w2.special == nullptr || p.w2.special[static_cast<size_t>(e) * p.w2.rg + rgc] != 0;
@@ -118,7 +117,6 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   const int S = p.splits;
   const int split = static_cast<int>(blockIdx.z) % S;
   const int kc_begin = split * p.w2.kc / S, kc_end = (split + 1) * p.w2.kc / S;
-  float* y = p.y + split * p.split_stride;
 
   for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
@@ -143,6 +141,9 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
       warp_mma_decode<NT, D>(
           special, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
           [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
+      // Epilogue operands, formed only now so they hold no registers over the mainloop.
+      const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
+      float* y = p.y + split * p.split_stride;
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)

@@ -31,13 +31,28 @@ namespace mxmoe::cuda_detail {
 /// bit-scattered at load time by tile_mxfp4, see engine.h) -> four f16x2 words holding
 /// value * 2^-14 (exact: E2M1's 2-bit exponent and 1-bit mantissa land in the FP16
 /// exponent's low bits and the mantissa's top bit; code 0.5 becomes the FP16 subnormal
-/// 2^-15). r[p] = {element 2p, element 2p+1}. Six logic ops for eight values.
+/// 2^-15). r[p] = {element 2p, element 2p+1}. Six logic ops and five shifts for eight
+/// values (the prefill path's producers; see fp4x8_to_f16_mul for the decode path).
 __device__ __forceinline__ void fp4x8_to_f16(uint32_t q, uint32_t (&r)[4]) {
   constexpr uint32_t kAll = 0x8E008E00u, kMag = 0x0E000E00u, kSign = 0x80008000u;
   r[0] = q & kAll;
   r[1] = (q << 3) & kAll;
   r[2] = ((q << 9) & kMag) | ((q << 2) & kSign);
   r[3] = ((q << 6) & kMag) | ((q << 1) & kSign);
+}
+/// fp4x8_to_f16 in nine ops: words 2 and 3 keep magnitude and sign at different
+/// distances from their place, so each is masked out alone and moved by one multiply,
+/// x * (2^a + 2^b) = (x << a) + (x << b): the two shifted copies overlap only below bit
+/// 24, where their sum's carries stop (checked over every value of the bits involved),
+/// so the final mask sees each field exactly once. Same result for every q. Measured on
+/// the H200 (session 8): faster in the decode mainloops (M=8 228 -> 216 us), slower in
+/// the prefill producers (M=16 356 -> 386, M=1024 3193 -> 3272), which keep the shifts.
+__device__ __forceinline__ void fp4x8_to_f16_mul(uint32_t q, uint32_t (&r)[4]) {
+  constexpr uint32_t kAll = 0x8E008E00u;
+  r[0] = q & kAll;
+  r[1] = (q << 3) & kAll;
+  r[2] = ((q & 0x20072007u) * ((1u << 9) + (1u << 2))) & kAll;  // magnitude << 9, sign << 2
+  r[3] = ((q & 0x40384038u) * ((1u << 6) + (1u << 1))) & kAll;  // magnitude << 6, sign << 1
 }
 
 /// Same word -> four bf16x2 words holding the exact E2M1 values (generic path).
@@ -370,8 +385,8 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
         const uint32_t w0 = b ? wv[mt].z : wv[mt].x;  // row g
         const uint32_t w1 = b ? wv[mt].w : wv[mt].y;  // row g + 8
         uint32_t r0[4], r1[4];
-        fp4x8_to_f16(w0, r0);
-        fp4x8_to_f16(w1, r1);
+        fp4x8_to_f16_mul(w0, r0);
+        fp4x8_to_f16_mul(w1, r1);
         const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
         const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
 #pragma unroll
@@ -420,8 +435,15 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][
 /// scales as in warp_mma_fast. The per-lane sums are then added over the lanes holding
 /// the same token (warp_reduce_diag). Lane (g, t) holds B column g (one block's 8
 /// elements [8t, 8t + 8), loaded once per cycle, a cycle ahead) and accumulator columns
-/// 2t, 2t + 1 (blocks (2t) / R, (2t + 1) / R of the cycle, whose weight scale words it
-/// keeps when their chunk passes through the ring).
+/// 2t, 2t + 1 (blocks (2t) / R, (2t + 1) / R of the cycle, both in chunk f_chunk).
+///
+/// Every instruction of the chunk loop counts here (at few rows the loop is bound by
+/// issue and latency, not by HBM): the copies use one address per chunk with constant
+/// offsets; each lane copies its own 16 bytes per row tile and reads back only those, so
+/// the weights need no __syncwarp (a lane's reads of a stage issue before its refill, in
+/// program order); at R = 2 and 4 the weight scale words skip the ring (kRingScales).
+/// Session 8 on the H200 (graph, same run): 283 -> 205 instructions per chunk;
+/// M=2 163 -> 158 us, M=4 204 -> 194, M=8 230 -> 220 (with fp4x8_to_f16_mul), M=1 equal.
 ///   acc[mt][.]: per-lane partial sums, zero on entry; warp_reduce_diag finishes them;
 ///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]).
 template <int R, int D, bool kSpecial>
@@ -431,8 +453,15 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
                                               int kc_end, int kb_count, const uint8_t* brow,
                                               const float* s_sx) {
   static_assert(R == 1 || R == 2 || R == 4, "R rows per cycle column group");
+  static_assert((D & (D - 1)) == 0, "ring depth a power of two (stage index by mask)");
   constexpr int P = 8 / R;   // MX blocks per cycle
   constexpr int CP = P / 2;  // ring chunks per cycle
+  constexpr uint32_t kTile = 32 * 16;  // bytes of one row tile's chunk (32 lanes x 16)
+  // Where the fold's weight scale words come from (measured on the H200, session 8):
+  // at R = 1 through the ring with the weights (lanes 0..7 copy a chunk's 128 bytes),
+  // at R = 2 and 4 straight from global memory once per cycle (short cycles: the ring's
+  // two __syncwarp per chunk cost more than the load).
+  constexpr bool kRingScales = R == 1;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int kb_end = min(kb_count, 2 * kc_end);
@@ -440,37 +469,68 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
   const int f_slot0 = (2 * t) / R, f_slot1 = (2 * t + 1) / R;  // of its accumulator columns
   const int f_chunk = f_slot0 / 2;           // both lie in this chunk of the cycle
   const int f_tok0 = (2 * t) % R, f_tok1 = (2 * t + 1) % R;
+  const uint4* src = wp + lane;                              // + chunk * 128 + mt * 32
+  const uint32_t ring_lane = static_cast<uint32_t>(__cvta_generic_to_shared(ring.stage + lane));
+  const uint4* sw_src = ws4 + (kRingScales ? lane : g);      // + chunk * 8
+  auto issue = [&](int kc, int i) {  // chunk kc (ring position i) if it exists, then commit
+    if (kc < kc_end) {
+      const uint4* s = src + static_cast<uint32_t>(kc) * 128u;
+      const uint32_t d = ring_lane + static_cast<uint32_t>(i & (D - 1)) * kFastStageBytes;
+      cp_async_16_at<0 * kTile, 0 * kTile>(d, s);
+      cp_async_16_at<1 * kTile, 1 * kTile>(d, s);
+      cp_async_16_at<2 * kTile, 2 * kTile>(d, s);
+      cp_async_16_at<3 * kTile, 3 * kTile>(d, s);
+      if (kRingScales && lane < 8) cp_async_16_at<4 * kTile, 0>(d, sw_src + static_cast<uint32_t>(kc) * 8u);
+    }
+    cp_async_commit();
+  };
   auto load_b = [&](int kb) {
     uint2 v = make_uint2(0u, 0u);
     if (brow != nullptr && kb < kb_end) v = __ldg(reinterpret_cast<const uint2*>(brow + kb * 32 + 8 * t));
     return v;
   };
   uint2 b_next = load_b(2 * kc_begin + b_slot);
-  uint32_t sw[4] = {0u, 0u, 0u, 0u};  // weight scale words of this lane's fold chunk
+  // The weight scale words of rows g, g + 8 of this lane's fold chunk. Without the ring:
+  // loaded at the start of the cycle that folds them, their line moved into L2 a cycle
+  // earlier, so the load waits for L2 at most.
+  uint32_t sw[4] = {0u, 0u, 0u, 0u};
+  auto sw_at = [&](int kc) { return sw_src + static_cast<uint32_t>(kc) * 8u; };
+  if (!kRingScales && kc_begin + f_chunk < kc_end) prefetch_l2(sw_at(kc_begin + f_chunk));
   for (int kc0 = kc_begin; kc0 < kc_end; kc0 += CP) {
     const int cycle_kb = 2 * kc0;  // first block of this cycle
     const uint32_t bx[4] = {e4m3x2_to_f16x2(b_next.x), e4m3x2_to_f16x2(b_next.x >> 16),
                             e4m3x2_to_f16x2(b_next.y), e4m3x2_to_f16x2(b_next.y >> 16)};
     b_next = load_b(cycle_kb + P + b_slot);  // a cycle ahead
+    if constexpr (!kRingScales) {
+      const uint4 sv = kc0 + f_chunk < kc_end ? __ldg(sw_at(kc0 + f_chunk)) : make_uint4(0u, 0u, 0u, 0u);
+      sw[0] = sv.x, sw[1] = sv.y, sw[2] = sv.z, sw[3] = sv.w;
+      if (kc0 + CP + f_chunk < kc_end) prefetch_l2(sw_at(kc0 + CP + f_chunk));
+    }
     float part[4][4];
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
       for (int j = 0; j < 4; ++j) part[mt][j] = 0.0f;
     const int ci_end = min(CP, kc_end - kc0);
+#pragma unroll 1
     for (int ci = 0; ci < ci_end; ++ci) {
       const int kc = kc0 + ci, i = kc - kc_begin;
-      __syncwarp();  // as in warp_mma_fast: the refilled stage was read last iteration
-      fast_issue<D>(ring, wp, ws4, kc + D - 1, kc_end, (i + D - 1) % D);
-      cp_async_wait<D - 1>();
-      __syncwarp();
-      const uint4* st = ring.stage + (i % D) * (kFastStageBytes / 16);
-      const uint4 sv = st[4 * 32 + g];
-      const bool keep = ci == f_chunk;
-      sw[0] = keep ? sv.x : sw[0];
-      sw[1] = keep ? sv.y : sw[1];
-      sw[2] = keep ? sv.z : sw[2];
-      sw[3] = keep ? sv.w : sw[3];
+      // Weights: each lane reads back only the bytes it copied, and its reads of a stage
+      // issue before its refill of that stage (program order), so they need no
+      // __syncwarp. Ring scale words are shared: copied by lanes 0..7, read by all.
+      if constexpr (kRingScales) __syncwarp();  // their last readers are done
+      issue(kc + D - 1, i + D - 1);
+      cp_async_wait<D - 1>();  // this lane's copies of chunk kc have landed
+      const uint4* st = ring.stage + (i & (D - 1)) * (kFastStageBytes / 16);
+      if constexpr (kRingScales) {
+        __syncwarp();  // and the scale words lanes 0..7 copied
+        const uint4 sv = st[4 * 32 + g];
+        const bool keep = ci == f_chunk;
+        sw[0] = keep ? sv.x : sw[0];
+        sw[1] = keep ? sv.y : sw[1];
+        sw[2] = keep ? sv.z : sw[2];
+        sw[3] = keep ? sv.w : sw[3];
+      }
       // B of the chunk's two blocks: this lane's column where the block is its own. A
       // block past K (a K % 64 == 32 tail) gets zeros: its MMAs then add exact zeros
       // whatever the padding weights are (E2M1 values are finite), without a branch.
@@ -488,8 +548,8 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
           uint32_t r0[4], r1[4];
-          fp4x8_to_f16(b ? wv.z : wv.x, r0);  // row g
-          fp4x8_to_f16(b ? wv.w : wv.y, r1);  // row g + 8
+          fp4x8_to_f16_mul(b ? wv.z : wv.x, r0);  // row g
+          fp4x8_to_f16_mul(b ? wv.w : wv.y, r1);  // row g + 8
           const uint32_t a_s0[4] = {r0[0], r1[0], r0[1], r1[1]};
           const uint32_t a_s1[4] = {r0[2], r1[2], r0[3], r1[3]};
           mma_f16_16816(part[mt], a_s0, bsel[b][0], bsel[b][1]);
@@ -499,7 +559,7 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
     }
     // Fold: column c of this lane is block cycle_kb + f_slot_c of token f_tok_c; blocks
     // past the end got no nonzero B (their partial is exactly 0) and take factor 0, so a
-    // stale or NaN scale word of an earlier cycle cannot reach the sum.
+    // scale word past the range (zeros) or NaN cannot reach the sum.
     const int kb0 = cycle_kb + f_slot0, kb1 = cycle_kb + f_slot1;
     const float sx0 = kb0 < kb_end ? s_sx[kb0 * 8 + f_tok0] : 0.0f;
     const float sx1 = kb1 < kb_end ? s_sx[kb1 * 8 + f_tok1] : 0.0f;

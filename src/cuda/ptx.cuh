@@ -49,6 +49,20 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
+/// cp_async_16 to a shared-memory address already in the shared window (the `cvta` done
+/// once per warp instead of once per copy), both addresses plus byte offsets that the
+/// instruction encodes (no address arithmetic per copy).
+template <uint32_t kDstOffset, uint32_t kSrcOffset>
+__device__ __forceinline__ void cp_async_16_at(uint32_t smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;\n" ::"r"(smem_dst), "l"(gmem_src),
+               "n"(kDstOffset), "n"(kSrcOffset)
+               : "memory");
+}
+/// Starts moving the 128-byte line holding `p` into L2 (no registers, no completion): a
+/// later load of it then waits for L2, not for HBM.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 /// Closes the calling thread's current group of cp.async copies (possibly empty).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /// Waits until at most `kPending` of the calling thread's most recent groups are still in

@@ -117,6 +117,31 @@ TEST(SharedMath, ExpSigmoidTanhActivationsBitExactHostVsDevice) {
   EXPECT_EQ(bad, 0);
 }
 
+// ---------------------------------------------------------------- E2M1 decode
+
+// The decode mainloops' nine-op E2M1 -> FP16 decode (fp4x8_to_f16_mul) against the
+// prefill path's shift-and-mask form, over every 32-bit weight word.
+__global__ void fp4_decode_forms_kernel(unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t q = blockIdx.x * blockDim.x + threadIdx.x; q <= 0xFFFFFFFFull; q += stride) {
+    uint32_t a[4], b[4];
+    mxmoe::cuda_detail::fp4x8_to_f16(static_cast<uint32_t>(q), a);
+    mxmoe::cuda_detail::fp4x8_to_f16_mul(static_cast<uint32_t>(q), b);
+    bad += (a[0] != b[0]) + (a[1] != b[1]) + (a[2] != b[2]) + (a[3] != b[3]);
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
+TEST(E2m1Decode, MultiplyFormEqualsShiftFormForEveryWord) {
+  REQUIRE_GPU();
+  Dev<unsigned long long> d(std::vector<unsigned long long>{0ull});
+  fp4_decode_forms_kernel<<<132 * 16, 256>>>(d.p);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  EXPECT_EQ(d.down()[0], 0ull);
+}
+
 // ---------------------------------------------------------------- routing
 
 void check_routing(const std::vector<float>& logits, int64_t M, int64_t E,
