@@ -35,6 +35,26 @@ namespace mxmoe::cuda_detail {
 
 namespace mxmoe::cuda_detail {
 
+/// Launches `kernel`, as a programmatic dependent of the stream's previous kernel when
+/// `programmatic` (cudaLaunchAttributeProgrammaticStreamSerialization; also inside a
+/// graph capture): its blocks may then start before that kernel ends, so the kernel must
+/// call pdl_wait_for_predecessor (ptx.cuh) before it touches that kernel's results.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, bool programmatic, const Args&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 /// Makes `dev` the current device for a scope (a layer lives on its own device whatever
 /// the caller's current one) and restores the caller's device on the way out.
 struct DeviceGuard {

@@ -230,6 +230,10 @@ struct Gemm2Params {
   int64_t split_stride = 0;
   float* back = nullptr;
   FastLaunch fast;                   // set by launch_gemm2 per decode-path launch
+  /// Decode path with one count class, right after GEMM1's decode kernel: launched as its
+  /// programmatic dependent (heuristics.h use_programmatic_launch), so its blocks start
+  /// streaming weights once GEMM1's blocks are past their mainloops.
+  bool programmatic = false;
   /// Prefill path: the intermediate staged as exact BF16 rows (`ib_stride` = N padded to
   /// 64) with their range factors; bit kInexactInter of `inexact` selects the generic path.
   bool prefill = false;
@@ -258,6 +262,9 @@ struct FinalizeParams {
   int splits = 1;
   int64_t split_stride = 0;
   const float* back = nullptr;
+  /// Launched as a programmatic dependent of GEMM2's last kernel (it waits for it before
+  /// reading y): its launch overlaps GEMM2's end.
+  bool programmatic = false;
 };
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 

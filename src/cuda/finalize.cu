@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "heuristics.h"
 #include "mxmoe/formats.h"
+#include "ptx.cuh"
 
 namespace mxmoe::cuda_detail {
 
@@ -19,6 +20,10 @@ template <bool kFp32Out, int kMaxSplits>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
   const int64_t t = blockIdx.x;
   const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  // Every block waits (launch_finalize may make this grid a programmatic dependent of
+  // GEMM2): finishing this grid then implies GEMM2 finished, so plain launches after it
+  // see all of the forward done.
+  pdl_wait_for_predecessor();
   if (c >= p.hidden) return;
   // Latency, not bandwidth, sets this kernel's time at decode sizes (a few KB of y per
   // token, just written to L2), so the loads go out in two waves: a batch of slots' row
@@ -75,13 +80,9 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>((p.hidden + kThreads - 1) / kThreads));
   const bool split = p.splits > 1 && p.back != nullptr;
-  if (p.out_fp32) {
-    if (split) finalize_kernel<true, kGemm2MaxSplits><<<grid, kThreads, 0, stream>>>(p);
-    else finalize_kernel<true, 1><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    if (split) finalize_kernel<false, kGemm2MaxSplits><<<grid, kThreads, 0, stream>>>(p);
-    else finalize_kernel<false, 1><<<grid, kThreads, 0, stream>>>(p);
-  }
+  auto* kernel = p.out_fp32 ? (split ? finalize_kernel<true, kGemm2MaxSplits> : finalize_kernel<true, 1>)
+                            : (split ? finalize_kernel<false, kGemm2MaxSplits> : finalize_kernel<false, 1>);
+  launch_kernel(kernel, grid, dim3(kThreads), 0, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("finalize_kernel");
 }
 

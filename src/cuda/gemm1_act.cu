@@ -189,6 +189,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
     __syncthreads();
     stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
     __syncthreads();
+    if (!active) pdl_allow_dependents();
     if (active) {
       float acc[4][NT][4];
 #pragma unroll
@@ -199,6 +200,10 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
       warp_mma_decode<NT, D>(special, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
                              [&](int i) { return s_row[i]; }, s_sx);
+      // GEMM2's decode blocks (programmatic dependents) may start once every block of
+      // this grid is past its mainloop or gone; earlier, they sat beside the running
+      // blocks waiting and slowed them (M=2..8: +20 us, session 8).
+      pdl_allow_dependents();
       // Epilogue operands, loaded only now so they hold no registers over the mainloop.
       const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;

@@ -121,6 +121,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
     if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
+    pdl_wait_for_predecessor();  // GEMM1's intermediate and its scales are complete
     if (threadIdx.x < BT) {
       s_mx[threadIdx.x] = 0;
       s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
@@ -130,6 +131,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
     __syncthreads();
     stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_mx);
     __syncthreads();
+    if (!active) pdl_allow_dependents();
     if (active) {
       float acc[4][NT][4];
 #pragma unroll
@@ -141,6 +143,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
       warp_mma_decode<NT, D>(
           special, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
           [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
+      pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
       // Epilogue operands, formed only now so they hold no registers over the mainloop.
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
       float* y = p.y + split * p.split_stride;
@@ -181,9 +184,16 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   __shared__ float s_back[BT];
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_rsc[BT];
+  // As a programmatic dependent of GEMM1 (Gemm2Params::programmatic) the counts and
+  // offsets (the prologue's, finished before GEMM1 began) and the weights may be read
+  // at once; GEMM1's intermediate only after pdl_wait_for_predecessor.
   const int count = p.counts[blockIdx.y];
-  // Not this launch's count class (or no rows): block-uniform.
-  if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
+  // Not this launch's count class (or no rows): block-uniform. Block (0, 0, 0) always
+  // waits, so this grid's end implies GEMM1's (finalize relies on it).
+  if (count <= p.fast.count_lo || count > p.fast.count_hi) {
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) pdl_wait_for_predecessor();
+    return;
+  }
   const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.intermediate / kMxBlock) * BT);
   if constexpr (NT == 2) {
     if (count <= 8) {
@@ -206,7 +216,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fast_kernel<NT, D>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  gemm2_fast_kernel<NT, D><<<grid, kWarps * 32, smem, stream>>>(p);
+  launch_kernel(gemm2_fast_kernel<NT, D>, grid, dim3(kWarps * 32), smem, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
 
@@ -338,6 +348,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       const FastClass& c = fast.c[i];
       Gemm2Params q = p;
       q.fast = FastLaunch{c.lo, c.hi, c.z};
+      // Only a single class follows GEMM1 directly (a second one follows the first).
+      q.programmatic = p.programmatic && fast.n == 1;
       if (c.nt == 1) {
         launch_fast<1, 4>(q, stream);
       } else if (c.nt == 2) {

@@ -171,6 +171,20 @@ inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
 inline constexpr uint32_t kInexactX = 1u;
 inline constexpr uint32_t kInexactInter = 2u;
 
+/// Programmatic dependent launch on the decode path (sm_90 and later, `device_ok`; the
+/// test knob MXMOE_PDL=0 clears it at layer construction): GEMM2's decode kernel (one
+/// count class, right after GEMM1's decode kernel) and finalize start their blocks once
+/// every block of the previous kernel is past its mainloop, and wait (griddepcontrol.wait)
+/// before touching its results. Only when GEMM2 splits (gemm2_splits, M=1), where its grid
+/// exceeds one wave. Measured on the H200 (session 8, graph, us, PDL off / on, 3 rounds):
+/// M=1 116.5 / 114.4; M=2 156.7 / 165.2 (GEMM2's 392 blocks fit one wave, and started
+/// early they crowd the SMs GEMM1 frees first instead of spreading); M=4, 8, 12 equal.
+/// (With the trigger at block start instead, the early blocks waited beside GEMM1's
+/// running ones: M=2..8 +20 us.)
+inline bool use_programmatic_launch(bool device_ok, int gemm2_splits) {
+  return device_ok && gemm2_splits > 1;
+}
+
 /// Single-block permutation (one launch, fused with the activation quantization) when
 /// the routed pairs fit one block and the per-warp expert histogram fits shared memory.
 inline constexpr int64_t kSmallPermutePairs = 512;

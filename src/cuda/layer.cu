@@ -317,6 +317,7 @@ struct CudaMoeLayer::Impl {
   RoutingParams routing;
   TiledDims d13, d2;
   bool prefill_ok = false;  // heuristics.h use_prefill: sm_90a kernels and weight scales
+  bool programmatic_ok = false;  // sm_90+, MXMOE_PDL not 0 (heuristics.h use_programmatic_launch)
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
@@ -403,6 +404,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     const bool disabled = knob != nullptr && std::string(knob) == "0";
     s.prefill_ok = !disabled && prop.major == 9 && prefill_kernels_available() &&
                    in_range(weights.w13_scale) && in_range(weights.w2_scale);
+  }
+  {
+    const char* knob = std::getenv("MXMOE_PDL");  // test knob: 0 = plain launches
+    s.programmatic_ok = prop.major >= 9 && !(knob != nullptr && std::string(knob) == "0");
   }
   if (cfg.precision == Precision::FP8) {
     if (prop.major != 9 || !prefill_kernels_available())
@@ -670,6 +675,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.splits = L.gemm2_splits;
   g2.split_stride = M * k * K;
   g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
+  // The decode kernel right after GEMM1 (launch_gemm2; the prefill and FP8 paths stage
+  // the intermediate in between).
+  g2.programmatic = !prefill && !fp8 && use_programmatic_launch(s.programmatic_ok, L.gemm2_splits);
   if (prefill) {
     const StageBf16Params si{.src = g1.inter, .scale = g1.inter_scale, .fp8 = mid_fp8,
                              .rows = M * k,
@@ -716,6 +724,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   fp.splits = g2.splits;
   fp.split_stride = g2.split_stride;
   fp.back = g2.back;
+  fp.programmatic = g2.programmatic;
   launch_finalize(fp, st);
 }
 

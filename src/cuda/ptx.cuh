@@ -88,6 +88,25 @@ __device__ __forceinline__ void cp_async_4_zfill(void* smem_dst, const void* gme
                : "memory");
 }
 
+/// Programmatic dependent launch (sm_90 and later; no-ops before, and for a grid that was
+/// not launched as a programmatic dependent). A dependent grid may start while the
+/// stream's previous kernel still runs: it must wait here before it reads what that
+/// kernel writes (or writes what it reads); the wait returns once the previous grid has
+/// completed and its memory is visible.
+__device__ __forceinline__ void pdl_wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+/// Lets the stream's next kernel, if launched as a programmatic dependent, start its
+/// blocks as this grid's blocks leave (they still wait for this grid's completion before
+/// reading its results).
+__device__ __forceinline__ void pdl_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 /// Named barrier over `threads` threads (a multiple of 32) of the block; id 0 is
 /// __syncthreads' barrier.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
