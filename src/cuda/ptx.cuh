@@ -99,8 +99,8 @@ __device__ __forceinline__ void pdl_wait_for_predecessor() {
 #endif
 }
 /// Lets the stream's next kernel, if launched as a programmatic dependent, start its
-/// blocks as this grid's blocks leave (they still wait for this grid's completion before
-/// reading its results).
+/// blocks once every block of this grid has called this or exited (they still wait for
+/// this grid's completion before reading its results).
 __device__ __forceinline__ void pdl_allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
