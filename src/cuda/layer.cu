@@ -38,6 +38,12 @@ int cuda_device_count() {
 
 namespace {
 
+/// A test knob (environment variable) set to "0"; read when a layer is built.
+bool knob_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "0";
+}
+
 // Why device `dev` cannot run the engine ("" when it can). Assumes dev is current.
 std::string unsupported_reason(const cudaDeviceProp& prop) {
   if (prop.major < 8)
@@ -400,15 +406,11 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     };
     // MXMOE_PREFILL=0: a test knob that keeps the decode and generic paths at every size
     // (their kernels still serve GPUs without the sm_90a prefill kernels).
-    const char* knob = std::getenv("MXMOE_PREFILL");
-    const bool disabled = knob != nullptr && std::string(knob) == "0";
-    s.prefill_ok = !disabled && prop.major == 9 && prefill_kernels_available() &&
+    s.prefill_ok = !knob_off("MXMOE_PREFILL") && prop.major == 9 && prefill_kernels_available() &&
                    in_range(weights.w13_scale) && in_range(weights.w2_scale);
   }
-  {
-    const char* knob = std::getenv("MXMOE_PDL");  // test knob: 0 = plain launches
-    s.programmatic_ok = prop.major >= 9 && !(knob != nullptr && std::string(knob) == "0");
-  }
+  // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
+  s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
   if (cfg.precision == Precision::FP8) {
     if (prop.major != 9 || !prefill_kernels_available())
       throw Unsupported(detail::cat("config.precision fp8: needs Hopper (sm_90) and this build's "
