@@ -327,8 +327,9 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
       add(c);
     }
     // M = 8 runs the GPU decode path, M = 64 the sm_90 prefill path (staged BF16 operands;
-    // a 0xFF weight scale keeps that layer off the prefill path).
-    for (int64_t m : {8, 64})
+    // a 0xFF weight scale keeps that layer off the prefill path), M = 128 also the FP8
+    // mode's kernels under --precision fp8 (from heuristics.h kFp8PrefillMinTokens).
+    for (int64_t m : {8, 64, 128})
       for (Hazard h : {Hazard::InfToken, Hazard::NaNToken, Hazard::NaNWeightBlock}) {
         SuiteCase c;
         c.cfg = small_config(Activation::SiTU);
@@ -347,6 +348,22 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
         }
         add(c);
       }
+    // Sizes where --precision fp8 runs the FP8 mode's kernels (from kFp8PrefillMinTokens,
+    // 128 tokens; below it that mode runs the exact paths), at the suite's shape: uniform
+    // routing, and two hot experts holding about 160 rows each (a second 128-token tile,
+    // also on the exact prefill path). Last in the smoke list so that the cases above keep
+    // their per-case seeds (seed + index x 7919).
+    for (int64_t m : {128, 160}) {
+      SuiteCase c;
+      const bool skewed = m == 160;
+      c.name = (skewed ? "situ-skewed-m" : "situ-uniform-m") + std::to_string(m);
+      c.what = skewed ? "SiTU, skewed routing, M=160: the hot experts' rows fill a second 128-token tile"
+                      : "SiTU, uniform routing, M=128";
+      c.cfg = small_config(Activation::SiTU);
+      c.tokens = m;
+      if (skewed) c.routing = RoutingPattern::Skewed;
+      add(c);
+    }
   }
   if (suite != "smoke") {
     for (Activation a : {Activation::SiTU, Activation::SwiGLU_OAI}) {

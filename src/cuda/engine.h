@@ -117,13 +117,14 @@ struct WorkspaceLayout {
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
   size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
-  // prefill path (tokens >= kPrefillMinTokens, precision exact; empty otherwise)
+  // prefill path (tokens >= kPrefillMinTokens; in FP8 mode below kFp8PrefillMinTokens only;
+  // empty otherwise)
   size_t inexact = 0;      // u32 kInexactX | kInexactInter
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate
   size_t ib_back = 0;      // f32 [M*k]
-  // FP8 mode (config.precision fp8, tokens >= kPrefillMinTokens; empty otherwise)
+  // FP8 mode (config.precision fp8, tokens >= kFp8PrefillMinTokens; empty otherwise)
   size_t xf = 0;           // u8 [M][Kp] x re-expressed (stage_fp8.cu), Kp = K up to 128
   size_t xf_scale = 0;     // f32 [M][Kp/128]
   size_t if8 = 0;          // u8 [M*k][Np] the intermediate re-expressed

@@ -138,7 +138,11 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 inline constexpr int64_t kPrefillMinTokens = 16;
 /// The FP8 mode's prefill (wgmma_fp8.cuh, 128-token tiles only) from this many tokens;
 /// below it the exact paths run (decode, then exact prefill from kPrefillMinTokens).
-inline constexpr int64_t kFp8PrefillMinTokens = 32;
+/// Measured on the H200 (session 8, mxmoe bench, Kimi shapes, graph, us), exact path /
+/// FP8 mode: M=32 370 / 463, M=64 456 / 517, M=96 531 / 562, M=128 669 / 606, M=512
+/// 1872 / 1804: the FP8 kernels win from 128 tokens (the exact path's 128-token tile) and
+/// lose below it. (32 until session 9.)
+inline constexpr int64_t kFp8PrefillMinTokens = 128;
 inline constexpr uint8_t kPrefillMaxWeightScale = 128;
 /// The exact prefill path (in FP8 mode only below kFp8PrefillMinTokens: the caller asks
 /// use_fp8_prefill first).

@@ -1371,9 +1371,9 @@ std::vector<int32_t> iota_ids(int32_t n) {
 
 // The whole layer in the FP8 mode against the float64 reference, judged by the mode's
 // documented bound (suite.h tolerance_for), all activations, with and without bias; below
-// kFp8PrefillMinTokens it runs the exact paths (bitwise equal to precision exact: the
-// decode path at M=8, the exact prefill path at M=24). The measured metrics are printed
-// for docs/FP8_MODE.md.
+// kFp8PrefillMinTokens (128) it runs the exact paths (bitwise equal to precision exact:
+// the decode path at M=8, the exact prefill path at M=24, 96 and 127), from it the FP8
+// kernels (M=128, 160). The measured metrics are printed for docs/FP8_MODE.md.
 TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
   REQUIRE_FP8_MODE();
   int seed = 11;
@@ -1383,7 +1383,8 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
     exact_cfg.precision = Precision::Exact;
     const SyntheticLayer syn = make_synthetic_layer(cfg, 500 + seed);
     CudaMoeLayer layer(cfg, syn.weights), exact(exact_cfg, syn.weights);
-    for (int64_t M : {8, 24, 32, 96}) {
+    int fp8_cases = 0;
+    for (int64_t M : {8, 24, 96, 127, 128, 160}) {
       SCOPED_TRACE(cfg.describe() + " M=" + std::to_string(M));
       const Activations x = make_activations(M, cfg.hidden, 600 + seed);
       const Routing r = random_routing(M, cfg.top_k, iota_ids(28), 700 + seed, true);
@@ -1399,6 +1400,7 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
         EXPECT_TRUE(o.bf16 == oe.bf16) << "below its sizes the FP8 mode must run the exact paths";
         continue;
       }
+      ++fp8_cases;
       const Tolerance tol = tolerance_for(cfg);
       const ReferenceOut ref = reference_of(cfg, syn.weights, x, r);
       const Comparison c = compare_to(ref, cfg, o);
@@ -1408,6 +1410,7 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
       EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
       EXPECT_EQ(c.nonfinite, 0);
     }
+    EXPECT_EQ(fp8_cases, 2) << "M=128 and 160 must run the FP8 kernels";
   }
 }
 
@@ -1420,7 +1423,8 @@ TEST(Fp8Mode, ActivationScaleSpreadsWithinItsBound) {
   const MoeConfig cfg = fp8_cfg(Activation::SiTU);
   const SyntheticLayer syn = make_synthetic_layer(cfg, 901);
   CudaMoeLayer layer(cfg, syn.weights);
-  const int64_t M = 40;
+  const int64_t M = 128;
+  ASSERT_TRUE(cd::use_fp8_prefill(M, true)) << "M=" << M << " must run the FP8 kernels";
   CudaHostSession s(layer, M);
   const Routing r = random_routing(M, cfg.top_k, iota_ids(32), 902, false);
   for (int spread : {0, 2, 4, 6, 8, 12, 16}) {
@@ -1491,7 +1495,8 @@ TEST(Fp8Mode, HugeActivationGroupScaleTimesTheLargestWeightScaleStaysFinite) {
   REQUIRE_FP8_MODE();
   const MoeConfig cfg = fp8_cfg(Activation::SiTU);
   SyntheticLayer syn = make_synthetic_layer(cfg, 1301);
-  const int64_t K = cfg.hidden, kb = K / 32, M = 32;
+  const int64_t K = cfg.hidden, kb = K / 32, M = 128;
+  ASSERT_TRUE(cd::use_fp8_prefill(M, true)) << "M=" << M << " must run the FP8 kernels";
   for (int64_t row = 0; row < cfg.num_experts * 2 * cfg.intermediate; ++row) {
     for (int64_t j = 0; j < 16; ++j) syn.weights.w13_packed[row * K / 2 + j] = 0;  // block 0: zeros
     syn.weights.w13_scale[row * kb + 1] = 128;  // the group's largest byte: s_w = 2
@@ -1524,7 +1529,7 @@ TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
   const MoeConfig fp8 = fp8_cfg(Activation::SiTU);
   for (const MoeConfig* cfg : std::vector<const MoeConfig*>{&exact, &fp8}) {
     size_t prev = 0;
-    for (int64_t M : {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 128, 1000, 4096}) {
+    for (int64_t M : {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 96, 127, 128, 129, 160, 256, 1000, 4096}) {
       const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(*cfg, M);
       EXPECT_GE(L.total, prev) << to_string(cfg->precision) << " M=" << M;
       prev = L.total;
