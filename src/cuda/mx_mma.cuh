@@ -513,13 +513,12 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
     }
     cp_async_commit();
   };
-  // B a cycle ahead. Loaded unconditionally from an in-range address and zeroed at use
-  // (as in warp_mma_fast), the select no longer waited on the load right after issuing it
-  // (GEMM1 at M=1: long-scoreboard stall samples 22% -> 11%), yet M=1..4 were 2-3 us
-  // slower (session 9, H200), so it stays.
+  // B a cycle ahead, by a predicated load (ldg_nc_u2_if): as `v = 0; if (ok) v = ld` it
+  // waited for the load right after issuing it (session 9, ncu: 16% of GEMM1's stall
+  // samples at M=1, 9% at M=4).
   auto load_b = [&](int kb) {
     uint2 v = make_uint2(0u, 0u);
-    if (brow != nullptr && kb < kb_end) v = __ldg(reinterpret_cast<const uint2*>(brow + kb * 32 + 8 * t));
+    ldg_nc_u2_if(brow != nullptr && kb < kb_end, brow + kb * 32 + 8 * t, v);
     return v;
   };
   uint2 b_next = load_b(2 * kc_begin + b_slot);

@@ -42,6 +42,18 @@ __device__ __forceinline__ uint4 ldg_stream_u4(const void* p) {
   return v;
 }
 
+/// 8-byte read-only load into `v` when `pred` holds; otherwise `v` keeps its value. The
+/// load is predicated, not branched around and selected: `v = 0; if (p) v = __ldg(..)`
+/// compiles to a load into a temporary and a predicated move right after it, which waits
+/// for the load there instead of where `v` is used.
+__device__ __forceinline__ void ldg_nc_u2_if(bool pred, const void* p, uint2& v) {
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n"
+      "@q ld.global.nc.v2.u32 {%0, %1}, [%3];\n}\n"
+      : "+r"(v.x), "+r"(v.y)
+      : "r"(static_cast<uint32_t>(pred)), "l"(p));
+}
+
 /// 16-byte asynchronous global -> shared copy (cp.async, L2 only: the weights are
 /// streamed once). It holds no registers while in flight, so a warp can keep many
 /// chunks of weights in flight at a small register footprint.
