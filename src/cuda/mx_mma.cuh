@@ -327,7 +327,6 @@ __device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&par
 ///   acc[mt][nt][.] += W x B^T for the 8-token tiles nt < nt_used (warp-uniform; the
 ///   other tiles hold no rows and their MMAs are skipped);
 ///   brow[nt]: this lane's B row (E4M3 codes of token g of tile nt) or null (zeros);
-///   brow_any: a row of the tile (read in place of the null ones, never used);
 ///   s_sx: shared [kb][BT] floats: token scale * 2^14 (the FP16 weight bias) * range
 ///   factor (b_row_range), so one fma folds each MX block exactly as warp_mma_mx does.
 ///   kSpecial: the row group holds weight scale bytes 0 or 0xFF (exact e8m0_f); else the
@@ -338,31 +337,27 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
                                               const uint4* __restrict__ ws4, int kc_begin,
                                               int kc_end, int kb_count,
                                               const uint8_t* const (&brow)[NT],
-                                              const uint8_t* brow_any, const float* s_sx,
-                                              int nt_used) {
+                                              const float* s_sx, int nt_used) {
   constexpr int BT = 8 * NT;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  // B (this lane's 8 bytes of both MX blocks of a chunk) is loaded a chunk ahead, from an
-  // address kept in range, and zeroed at use for rows that hold no token: a load whose
-  // value is consumed at once (or selected right after it, as `v = 0; if (row) v = ld`
-  // compiles) waits for L2 behind the SM's queued weight copies (session 9, ncu).
-  const int kb_last = max(kb_count - 1, 0);
-  uint32_t b_real = 0;
-  const uint8_t* bsrc[NT];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    b_real |= brow[nt] != nullptr ? 1u << nt : 0u;
-    bsrc[nt] = (brow[nt] != nullptr ? brow[nt] : brow_any) + 8 * t;
-  }
+  // B (this lane's 8 bytes of both MX blocks of a chunk) is loaded a chunk ahead by
+  // predicated loads (ldg_nc_u2_if): a load whose value is consumed at once (or selected
+  // right after it, as `v = 0; if (row) v = ld` compiles) waits for L2 behind the SM's
+  // queued weight copies (session 9, ncu). Rows without a token keep their zeros.
   uint2 b_cur[NT][2], b_nxt[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) b_cur[nt][h] = b_nxt[nt][h] = make_uint2(0u, 0u);
   auto load_b = [&](uint2 (&b)[NT][2], int kc) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
       if (NT == 1 || nt < nt_used)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          b[nt][h] = __ldg(reinterpret_cast<const uint2*>(bsrc[nt] + min(2 * kc + h, kb_last) * 32));
+          ldg_nc_u2_if(brow[nt] != nullptr && 2 * kc + h < kb_count, brow[nt] + (2 * kc + h) * 32 + 8 * t,
+                       b[nt][h]);
   };
   load_b(b_cur, kc_begin);
   for (int kc = kc_begin; kc < kc_end; ++kc) {
@@ -390,11 +385,10 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
       for (int nt = 0; nt < NT; ++nt) {
         if (NT == 1 || nt < nt_used) {
           const uint2 v = b_cur[nt][b];
-          const bool live = (b_real >> nt) & 1u;  // kb < kb_count here (the break above)
-          bf[nt][0] = live ? e4m3x2_to_f16x2(v.x) : 0u;
-          bf[nt][1] = live ? e4m3x2_to_f16x2(v.x >> 16) : 0u;
-          bf[nt][2] = live ? e4m3x2_to_f16x2(v.y) : 0u;
-          bf[nt][3] = live ? e4m3x2_to_f16x2(v.y >> 16) : 0u;
+          bf[nt][0] = e4m3x2_to_f16x2(v.x);
+          bf[nt][1] = e4m3x2_to_f16x2(v.x >> 16);
+          bf[nt][2] = e4m3x2_to_f16x2(v.y);
+          bf[nt][3] = e4m3x2_to_f16x2(v.y >> 16);
           sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
         }
       }
@@ -444,14 +438,13 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][
                                                   const uint4* __restrict__ ws4, int kc_begin,
                                                   int kc_end, int kb_count,
                                                   const uint8_t* const (&brow)[NT],
-                                                  const uint8_t* brow_any, const float* s_sx,
-                                                  int nt_used) {
+                                                  const float* s_sx, int nt_used) {
   if (special)
-    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, brow_any,
-                               s_sx, nt_used);
+    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
+                               nt_used);
   else
-    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, brow_any,
-                                s_sx, nt_used);
+    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
+                                nt_used);
 }
 
 /// Decode mainloop for an expert with at most R = 1, 2 or 4 rows: the same weight stream,
@@ -653,7 +646,7 @@ __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][
 
 /// The decode mainloop for one token tile of `valid` rows: warp_mma_diag when the tile
 /// holds at most 4 rows (NT == 1), else warp_mma_fast; `row_of(i)` is the E4M3 row of
-/// token i of the tile (row 0 is never null: valid >= 1). acc must be zero on entry.
+/// token i of the tile (or null). acc must be zero on entry.
 template <int NT, int D, typename RowOf>
 __device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (&acc)[4][NT][4],
                                                 const FastRing<D>& ring, const uint4* __restrict__ wp,
@@ -684,8 +677,7 @@ __device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (
   const uint8_t* brow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
-  const uint8_t* row0 = row_of(0);  // valid >= 1
-  warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, row0, s_sx,
+  warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
                            (valid + 7) / 8);
 }
 
