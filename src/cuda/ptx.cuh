@@ -156,6 +156,23 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/// Makes mbarrier initializations visible to the async proxy (bulk copies) before use.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/// One bulk copy (the TMA engine, one instruction, no per-lane addresses) of `bytes`
+/// (a multiple of 16) from global memory to shared memory, completing on `bar`, whose
+/// phase this thread's arrival also arms with the byte count. Measured in
+/// bench/stream_probe.cu against the per-lane cp.async ring: no faster (session 9).
+__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                              uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem_dst)),
+               "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
 
 // ---------------------------------------------------------------- register budget
 template <int kRegs>
