@@ -26,6 +26,8 @@
 namespace {
 using namespace mxmoe::cuda_detail;
 
+// The library's MXMOE_CUDA_CHECK throws through throw_cuda in libmxmoe; this probe builds
+// alone with nvcc (no library), so it reports and exits.
 #define CHECK(x)                                                                          \
   do {                                                                                    \
     cudaError_t e_ = (x);                                                                 \
@@ -74,17 +76,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) ring_kernel(const uin
   auto issue = [&](int kc) {
     if (kc < kc1) {
       uint4* d = my + (kc % D) * kStageU4 + lane;
-      if constexpr (kScales == 2) {
-        const uint4* s = w + (row_chunk + kc) * kStageU4 + lane;
+      const uint4* s = w + (kScales == 2 ? (row_chunk + kc) * kStageU4 : chunk_at<kOrder>(e, rg, kc)) + lane;
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) cp_async_16(d + 32 * mt, s + 32 * mt);
-        if (lane < 8) cp_async_16(d + 128, s + 128);
-      } else {
-        const uint4* s = w + chunk_at<kOrder>(e, rg, kc) + lane;
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) cp_async_16(d + 32 * mt, s + 32 * mt);
-        if (kScales == 1 && lane < 8) cp_async_16(d + 128, w + kAllU4 + (row_chunk + kc) * 8 + lane);
-      }
+      for (int mt = 0; mt < 4; ++mt) cp_async_16(d + 32 * mt, s + 32 * mt);
+      if (kScales != 0 && lane < 8)
+        cp_async_16(d + 128, kScales == 2 ? s + 128 : w + kAllU4 + (row_chunk + kc) * 8 + lane);
     }
     cp_async_commit();
   };
