@@ -13,7 +13,7 @@
 //     kPfStages shared stages: the tile's kTok token rows (B, BF16, 128-byte swizzled
 //     rows, the wgmma K-major layout; room for 128), the CTA's 4 x 64 tiled weight rows
 //     and their scale words. A stage is published on its `full` mbarrier once the copies
-//     have landed. A tile's first stage also carries its kTok row range factors.
+//     have landed.
 //   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
 //     kTok tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
 //     from shared memory into registers and issues one group of 8 wgmma m64nNk16 with
@@ -52,10 +52,8 @@ inline constexpr int kPfThreads = 384;                         // 3 warpgroups
 inline constexpr int kPfStageB = kPfTokens * 128;              // 128 rows x 64 bf16
 inline constexpr int kPfStageW = kPfRowGroups * 4 * 32 * 16;   // tiled weight words
 inline constexpr int kPfStageS = kPfRowGroups * 8 * 16;        // tiled scale words
-inline constexpr int kPfStageBack = kPfStageB + kPfStageW + kPfStageS;  // tile's first chunk:
-                                                               // 128 f32 range factors
 inline constexpr int kPfStageBytes = 25 * 1024;                // B stays 1024-aligned
-static_assert(kPfStageBack + kPfTokens * 4 <= kPfStageBytes, "stage overflow");
+static_assert(kPfStageB + kPfStageW + kPfStageS <= kPfStageBytes, "stage overflow");
 static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the next chunk's wait");
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 /// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
@@ -117,13 +115,18 @@ __host__ __device__ inline PfOperands pf_operands(const MatView& w, const uint16
                     .offsets = offsets, .num_local = num_local};
 }
 
+/// The staged B row of routed row `grow`: its token (GEMM1) or itself (GEMM2).
+__device__ __forceinline__ int64_t pf_b_row(const PfOperands& o, int64_t grow) {
+  return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
+}
+
 /// The ring in dynamic shared memory.
 struct PfRing {
   uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
   uint64_t* full;    // [kPfStages]: 128 producer arrivals
   uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
-  float* back;       // [2][kPfTokens]: each consumer's copy of its tile's range factors
+  float* back;       // [2][kPfTokens]: each consumer warpgroup's tile's range factors
 };
 
 #if defined(MXMOE_SM90A)
@@ -168,58 +171,57 @@ struct PfCursor {
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
 /// of token rows (i >> 3) + 16m (m < kTok / 16), weight words i + 128q (q < 4) and, for
 /// i < 32, the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival
-/// waits for its copies kPfLag chunks later (cp.async groups complete in order). Threads
-/// with i & 7 == 0 also store their rows' range factors into the tile's first stage.
+/// waits for its copies kPfLag chunks later (cp.async groups complete in order).
+/// Every source is a base set up once per tile plus the chunk's offset, without selects
+/// (rows past the expert's read row 0 with source size 0): the producer warp shares its
+/// scheduler with two consumer warps, and the per-chunk arithmetic of the earlier form
+/// (offset or -1, select, multiply) came to ~245 instructions per chunk.
 template <int kTok>
 __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
   constexpr int kRows = kTok / 16;  // token rows per thread
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
   const int rb_count = o.rb_count();
+  // Destinations inside a stage: B row r0 + 16m at b_dst + 2048m (the swizzle's r & 7 is
+  // r0 & 7 for every m), weight words at w_dst + 2048q, scale words at s_dst.
+  const int b_dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
+  const int w_dst = kPfStageB + i * 16;
+  const int s_dst = kPfStageB + kPfStageW + i * 16;
+  const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile<kTok>(o.counts, o.num_local, rb_count, ti);
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
-    int64_t src[kRows];  // element offset of this thread's piece in B row r0 + 16m, or -1
-    float back[kRows];   // its range factor (used by threads with c == 0)
+    // Chunk 0 of row r0 + 16m's piece, or (bit m of `live` clear: past the expert's
+    // rows) of row 0's, copied as zeros (source size 0, never read).
+    const uint16_t* b_src[kRows];
+    uint32_t live = 0;
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
       const int row = t.tt * kTok + r0 + 16 * m;
-      src[m] = -1;
-      back[m] = 1.0f;
-      if (row < count) {
-        const int64_t grow = off + row;
-        const int64_t brow = o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
-        src[m] = brow * o.b_stride + c * 8;
-        if (c == 0) back[m] = o.b_back[brow];
-      }
+      const bool ok = row < count;
+      b_src[m] = o.b + (ok ? pf_b_row(o, off + row) * o.b_stride : 0) + c * 8;
+      live |= static_cast<uint32_t>(ok) << m;
     }
     const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
+    const int groups = min(kPfRowGroups, o.rg_count - t.rb * kPfRowGroups);  // in range
+    const uint4* w_src = o.w + group0 * w_group + i;  // row group q at + q * w_group
+    const uint4* s_src = o.ws + (group0 + (i >> 3)) * o.kc_count * 8 + (i & 7);
+    const bool s_copy = i < 32 && (i >> 3) < groups;
     for (int kc = 0; kc < o.kc_count; ++kc) {
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kPfStageBytes;
-      if (kc == 0 && c == 0) {
 #pragma unroll
-        for (int m = 0; m < kRows; ++m) reinterpret_cast<float*>(st + kPfStageBack)[r0 + 16 * m] = back[m];
-      }
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const int r = r0 + 16 * m;
-        const uint16_t* g = src[m] >= 0 ? o.b + src[m] + kc * 64 : o.b;
-        cp_async_16_zfill(st + r * 128 + ((c ^ (r & 7)) << 4), g, src[m] >= 0 ? 16u : 0u);
-      }
+      for (int m = 0; m < kRows; ++m)
+        cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kc * 64, (live >> m) & 1u ? 16u : 0u);
 #pragma unroll
       for (int q = 0; q < kPfRowGroups; ++q)
-        if (t.rb * kPfRowGroups + q < o.rg_count)
-          cp_async_16(st + kPfStageB + (q * 128 + i) * 16,
-                      o.w + ((group0 + q) * o.kc_count + kc) * 128 + i);
-      if (i < 32 && t.rb * kPfRowGroups + (i >> 3) < o.rg_count)
-        cp_async_16(st + kPfStageB + kPfStageW + i * 16,
-                    o.ws + ((group0 + (i >> 3)) * o.kc_count + kc) * 8 + (i & 7));
+        if (q < groups) cp_async_16(st + w_dst + 2048 * q, w_src + (q * w_group + kc * 128));
+      if (s_copy) cp_async_16(st + s_dst, s_src + kc * 8);
       cp_async_commit();
       ++n;
       fill.advance();
@@ -257,11 +259,21 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 /// tiles in row group 2wg + w/2, gate rows (m16 tile w % 2) in acc_a and the up rows of
 /// the same columns (tile 2 + w % 2) in acc_b, so the activation needs no exchange.
 /// Otherwise (GEMM2): row groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks
-/// the ring's chunks in the producer's sequence. The tile's kTok range factors are copied
-/// to the warpgroup's own ring.back[wg] (read by its epilogue after a warpgroup barrier).
+/// the ring's chunks in the producer's sequence. The tile's kTok range factors go to the
+/// warpgroup's own ring.back[wg] after the last chunk (read by its epilogue after a
+/// warpgroup barrier): thread i loads row i's before the first chunk, so the two dependent
+/// global loads (row map, factor) land under the mainloop.
 template <bool kGated, int kTok>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
-                                            const PfRing& ring, PfCursor& cur, int kc_count, int wg) {
+                                            const PfOperands& o, const PfTile& tile,
+                                            const PfRing& ring, PfCursor& cur, int wg) {
+  const int kc_count = o.kc_count;
+  const int i = threadIdx.x & 127;
+  float back = 1.0f;
+  if (i < kTok) {
+    const int row = tile.tt * kTok + i;
+    if (row < o.counts[tile.e]) back = o.b_back[pf_b_row(o, o.offsets[tile.e] + row)];
+  }
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;
   const int qb = kGated ? qa : 2 * wg + 1;
@@ -278,9 +290,6 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
     const uint8_t* st = ring.stages + s * kPfStageBytes;
-    if (kc == 0 && (threadIdx.x & 127) < kTok)
-      ring.back[wg * kPfTokens + (threadIdx.x & 127)] =
-          reinterpret_cast<const float*>(st + kPfStageBack)[threadIdx.x & 127];
     const uint4 wa = *reinterpret_cast<const uint4*>(st + woff_a);
     const uint4 wb = *reinterpret_cast<const uint4*>(st + woff_b);
     const uint32_t sa = *reinterpret_cast<const uint32_t*>(st + soff_a);
@@ -321,6 +330,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   acc_fence(acc_a);
   acc_fence(acc_b);
   mbar_arrive(&ring.empty[prev]);
+  if (i < kTok) ring.back[wg * kPfTokens + i] = back;
 }
 
 /// Body of both prefill kernels: the ring, the producer warpgroup, and the consumers'
@@ -342,7 +352,7 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
     const PfTile tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti);
     if (tile.e < 0) break;
     float acc_a[kTok / 2], acc_b[kTok / 2];
-    pf_mainloop<kGated, kTok>(acc_a, acc_b, ring, cur, o.kc_count, wg - 1);
+    pf_mainloop<kGated, kTok>(acc_a, acc_b, o, tile, ring, cur, wg - 1);
     epilogue(acc_a, acc_b, tile, wg - 1, ring);
   }
 }
