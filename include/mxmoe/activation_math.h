@@ -60,7 +60,11 @@ MXMOE_HD float exp_f32(float x) {
   const bool over = x > 88.72283935546875f;       // overflows to +Inf
   const bool under = x < -103.97208404541015625f;  // underflows to 0
   const float xs = (nan || over || under) ? 0.0f : x;
-  const float n = rint32(mul32(xs, 1.44269502162933349609375f));  // round(x / ln2)
+  // n = round(x / ln2), ties to even as rintf, by the 1.5 * 2^23 shift: |x / ln2| < 2^22,
+  // so the sum's ulp is 1 and its low bits hold n (no float-to-int conversion).
+  const float shifted = add32(mul32(xs, 1.44269502162933349609375f), 12582912.0f);
+  const float n = add32(shifted, -12582912.0f);
+  const int ni = static_cast<int>(fmt::float_bits(shifted) - 0x4B400000u);
   // r = x - n*ln2 with ln2 = C1 + C2, C1 having few bits so n*C1 is exact.
   float r = fma32(n, -0.693359375f, xs);
   r = fma32(n, 2.12194440e-4f, r);
@@ -74,16 +78,12 @@ MXMOE_HD float exp_f32(float x) {
   const float r2 = mul32(r, r);
   p = fma32(p, r2, r);
   p = add32(p, 1.0f);
-  // p * 2^n, n in [-150, 128], as (p * a) * b with every factor a normal float and only
-  // the last multiply rounding (it is the one that may produce a subnormal):
-  //   n > 127: a = 2, b = 2^127;  n < -126: a = 2^(n+64), b = 2^-64;  else a = 1, b = 2^n.
-  const int ni = static_cast<int>(n);
-  const bool hi = ni > 127, lo = ni < -126;
-  const float a = hi ? 2.0f : lo ? fmt::bits_float(static_cast<uint32_t>(ni + 64 + 127) << 23) : 1.0f;
-  const float b = hi ? fmt::bits_float(static_cast<uint32_t>(127 + 127) << 23)
-                  : lo ? fmt::bits_float(static_cast<uint32_t>(-64 + 127) << 23)
-                       : fmt::bits_float(static_cast<uint32_t>(ni + 127) << 23);
-  const float e = mul32(mul32(p, a), b);
+  // p * 2^n, n in [-150, 128], as (p * 2^n1) * 2^n2 with n1 = floor(n / 2), n2 = n - n1,
+  // both in [-75, 64]: the first product is exact (p in [0.7, 1.42]), so only the last
+  // multiply rounds (the one that may produce a subnormal or overflow).
+  const int n1 = ni >> 1, n2 = ni - n1;
+  const float e = mul32(mul32(p, fmt::bits_float(static_cast<uint32_t>(n1 + 127) << 23)),
+                        fmt::bits_float(static_cast<uint32_t>(n2 + 127) << 23));
   return nan ? x : over ? fmt::bits_float(0x7f800000u) : under ? 0.0f : e;
 }
 
