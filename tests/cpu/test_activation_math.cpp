@@ -5,6 +5,7 @@
 // 8.76 (five roundings and two tanh in a row).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -48,8 +49,8 @@ TEST(ActivationMath, ExpSigmoidTanhAgainstDouble) {
 }
 
 TEST(ActivationMath, SituAgainstDouble) {
-  // Kimi-K3's SiTU over the pre-activation range the bench draws (and beyond): relative
-  // error against the float64 formula, a few ulp of the fp32 result.
+  // Kimi-K3's SiTU (alpha 4, beta 25) on normally drawn pre-activations (sd 18, wide
+  // enough for both forms of both tanh), against the float64 formula, in ulp of the result.
   std::mt19937 rng(9);
   std::normal_distribution<double> n(0.0, 18.0);
   double worst = 0.0;
