@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 
@@ -49,22 +50,70 @@ TEST(ActivationMath, ExpSigmoidTanhAgainstDouble) {
   EXPECT_GT(worst_exp, 0.0);
 }
 
-TEST(ActivationMath, SituAgainstDouble) {
-  // Kimi-K3's SiTU (alpha 4, beta 25) on normally drawn pre-activations (sd 18, wide
-  // enough for both forms of both tanh), against the reference's float64 activation, in
-  // ulp of the result.
-  const ActivationParams kimi = ActivationParams::situ(4.0f, 25.0f);
-  std::mt19937 rng(9);
-  std::normal_distribution<double> n(0.0, 18.0);
+TEST(ActivationMath, ExpNonPositiveEqualsExp) {
+  // SiTU's exps take exp_nonpos_f32, which drops exp_f32's overflow and NaN selects and
+  // clamps below the underflow bound: equal bits for x <= 0 (a NaN in, a NaN out). Every
+  // 61st negative float (all exponents, scattered mantissas) and every float within
+  // 2^16 patterns of the underflow bound (checked over all 2^31 once, 88 s).
+  auto same = [](float x) {
+    const float a = am::exp_f32(x), b = am::exp_nonpos_f32(x);
+    return (fmt::is_nan(a) && fmt::is_nan(b)) || fmt::float_bits(a) == fmt::float_bits(b);
+  };
+  int64_t bad = 0, checked = 0;
+  for (uint64_t b = 0x80000000ull; b <= 0xFFFFFFFFull; b += 61, ++checked)
+    bad += !same(fmt::bits_float(static_cast<uint32_t>(b)));
+  const uint32_t bound = fmt::float_bits(am::kExpUnderflow);
+  for (uint32_t b = bound - 65536; b <= bound + 65536; ++b, ++checked) bad += !same(fmt::bits_float(b));
+  EXPECT_EQ(bad, 0) << "of " << checked;
+  EXPECT_EQ(fmt::float_bits(am::exp_nonpos_f32(-std::numeric_limits<float>::infinity())), 0u);
+  EXPECT_TRUE(fmt::is_nan(am::exp_nonpos_f32(std::numeric_limits<float>::quiet_NaN())));
+}
+
+double situ_worst_ulps(float alpha, float beta, double sd, uint32_t seed) {
+  const ActivationParams params = ActivationParams::situ(alpha, beta);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> n(0.0, sd);
   double worst = 0.0;
-  for (int i = 0; i < 2000000; ++i) {
+  for (int i = 0; i < 1000000; ++i) {
     const float g = static_cast<float>(n(rng)), up = static_cast<float>(n(rng));
-    const double want = activation_ref(kimi, 0, g, up);
+    const double want = activation_ref(params, 0, g, up);
     if (std::fabs(want) < 0x1p-100) continue;
-    worst = std::max(worst, ulps(am::situ_f32(g, up, 4.0f, 25.0f), want));
+    worst = std::max(worst, ulps(am::situ_f32(g, up, alpha, beta), want));
   }
-  EXPECT_LE(worst, 12.0);
-  EXPECT_GT(worst, 0.0);
+  return worst;
+}
+
+TEST(ActivationMath, SituAgainstDouble) {
+  // SiTU on normally drawn pre-activations against the reference's float64 activation,
+  // in ulp of the result: Kimi-K3's (alpha 4, beta 25) with sd 18 (wide enough for both
+  // forms of both tanh) and sd 2 (mostly the series), and a pair that is not a power of
+  // two nor Kimi's (1/alpha and -2/alpha rounded).
+  const double kimi_wide = situ_worst_ulps(4.0f, 25.0f, 18.0, 9);
+  const double kimi_narrow = situ_worst_ulps(4.0f, 25.0f, 2.0, 10);
+  const double other = situ_worst_ulps(1.7f, 7.3f, 6.0, 11);
+  EXPECT_LE(kimi_wide, 8.0);
+  EXPECT_LE(kimi_narrow, 8.0);
+  EXPECT_LE(other, 8.0);
+  EXPECT_GT(kimi_wide, 0.0);
+  std::printf("SiTU worst ulp: kimi sd 18 %.2f, sd 2 %.2f, (1.7, 7.3) sd 6 %.2f\n", kimi_wide,
+              kimi_narrow, other);
+}
+
+TEST(ActivationMath, SituSpecialValues) {
+  // Infinities and extremes of either input against the float64 activation; a NaN in
+  // either gives NaN.
+  const ActivationParams kimi = ActivationParams::situ(4.0f, 25.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float g : {inf, -inf, 0.0f, 1e-30f, -1e-30f, 1e30f, -1e30f, -90.0f, -120.0f, 3.0f}) {
+    for (float u : {inf, -inf, 0.0f, 1e-30f, -1e30f, 2.0f}) {
+      const double want = activation_ref(kimi, 0, g, u);
+      const float got = am::situ_f32(g, u, 4.0f, 25.0f);
+      EXPECT_LE(std::fabs(static_cast<double>(got) - want), 8.0 * ulp32(want)) << "g " << g << " u " << u;
+    }
+  }
+  EXPECT_TRUE(std::isnan(am::situ_f32(std::nanf(""), 1.0f, 4.0f, 25.0f)));
+  EXPECT_TRUE(std::isnan(am::situ_f32(1.0f, std::nanf(""), 4.0f, 25.0f)));
+  EXPECT_TRUE(std::isnan(am::situ_f32(-inf, std::nanf(""), 4.0f, 25.0f)));
 }
 
 }  // namespace

@@ -660,12 +660,14 @@ TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
   EXPECT_EQ(ref, (std::vector<double>{hi, lo, lo, 2.0}));  // near, far, not adjacent, equal
 }
 
-// The CI failure that motivated ties: situ-masked-slots-m32 failed the 5e-3 bound at this
-// seed (rel L2 7.7e-3) because a few intermediate E4M3 codes of the fp32 CPU backend
-// rounded the other way at near-ties. With ties it passes, having taken some, and the
-// remaining error is well inside the bound.
+// The CI failure that motivated ties: situ-masked-slots-m32 failed the 5e-3 bound at seed
+// 18415880773716947779 (rel L2 7.7e-3) because a few intermediate E4M3 codes of the fp32
+// CPU backend rounded the other way at near-ties. With ties it passes, having taken some,
+// and the remaining error is well inside the bound. Since SiTU became one quotient
+// (session 12, more accurate) the backend matches the reference exactly at that seed, so
+// the case now runs at one where it still rounds some codes the other way (7 ties taken).
 TEST(NearTies, SmokeCaseThatFailedOnANearTieNowPasses) {
-  const uint64_t seed = 18415880773716947779ull;
+  const uint64_t seed = 9000027ull;
   const std::vector<SuiteCase> cases = suite_cases("smoke");
   for (size_t i = 0; i < cases.size(); ++i) {
     if (cases[i].name != "situ-masked-slots-m32") continue;

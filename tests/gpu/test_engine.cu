@@ -76,16 +76,23 @@ uint32_t fbits(float f) { return fmt::float_bits(f); }
 
 // ---------------------------------------------------------------- shared math
 
-__global__ void math_kernel(const float* x, int n, float* out) {
+constexpr int kMathFns = 8;
+
+// alpha, beta: SiTU's parameters from a kernel argument as in the epilogues (the
+// reciprocals inside situ_f32 computed at run time, not folded by the compiler).
+__global__ void math_kernel(const float* x, int n, float alpha, float beta, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i], u = x[(i * 7 + 3) % n];
-  out[6 * i + 0] = am::exp_f32(v);
-  out[6 * i + 1] = am::sigmoid_f32(v);
-  out[6 * i + 2] = am::tanh_f32(v);
-  out[6 * i + 3] = am::situ_f32(v, u, 4.0f, 25.0f);
-  out[6 * i + 4] = am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f);
-  out[6 * i + 5] = am::silu_gated_f32(v, u);
+  float* o = out + kMathFns * i;
+  o[0] = am::exp_f32(v);
+  o[1] = am::sigmoid_f32(v);
+  o[2] = am::tanh_f32(v);
+  o[3] = am::situ_f32(v, u, 4.0f, 25.0f);
+  o[4] = am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f);
+  o[5] = am::silu_gated_f32(v, u);
+  o[6] = am::exp_nonpos_f32(-fabsf(v));
+  o[7] = am::situ_f32(v, u, alpha, beta);
 }
 
 TEST(SharedMath, ExpSigmoidTanhActivationsBitExactHostVsDevice) {
@@ -97,22 +104,27 @@ TEST(SharedMath, ExpSigmoidTanhActivationsBitExactHostVsDevice) {
   for (float s : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.7f, 88.8f, -103.9f, -104.0f, INFINITY, -INFINITY, NAN})
     x.push_back(s);
   const int n = static_cast<int>(x.size());
-  Dev<float> dx(x), dout(6 * x.size());
-  math_kernel<<<(n + 255) / 256, 256>>>(dx.p, n, dout.p);
+  Dev<float> dx(x), dout(kMathFns * x.size());
+  const float alpha = 1.7f, beta = 7.3f;
+  math_kernel<<<(n + 255) / 256, 256>>>(dx.p, n, alpha, beta, dout.p);
   CK(cudaDeviceSynchronize());
   const auto out = dout.down();
   int64_t bad = 0;
   for (int i = 0; i < n; ++i) {
     const float v = x[i], u = x[(i * 7 + 3) % n];
-    const float want[6] = {am::exp_f32(v), am::sigmoid_f32(v), am::tanh_f32(v),
-                           am::situ_f32(v, u, 4.0f, 25.0f),
-                           am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f), am::silu_gated_f32(v, u)};
-    for (int j = 0; j < 6; ++j)
-      if (fbits(out[6 * i + j]) != fbits(want[j]) && !(std::isnan(out[6 * i + j]) && std::isnan(want[j]))) {
+    const float want[kMathFns] = {am::exp_f32(v), am::sigmoid_f32(v), am::tanh_f32(v),
+                                  am::situ_f32(v, u, 4.0f, 25.0f),
+                                  am::swiglu_oai_f32(v, u, 1.702f, 1.0f, 7.0f),
+                                  am::silu_gated_f32(v, u), am::exp_nonpos_f32(-std::fabs(v)),
+                                  am::situ_f32(v, u, alpha, beta)};
+    for (int j = 0; j < kMathFns; ++j) {
+      const float got = out[kMathFns * i + j];
+      if (fbits(got) != fbits(want[j]) && !(std::isnan(got) && std::isnan(want[j]))) {
         if (bad++ < 5)
-          ADD_FAILURE() << "fn " << j << " x=" << v << " u=" << u << " gpu " << out[6 * i + j]
+          ADD_FAILURE() << "fn " << j << " x=" << v << " u=" << u << " gpu " << got
                         << " host " << want[j];
       }
+    }
   }
   EXPECT_EQ(bad, 0);
 }
