@@ -45,38 +45,47 @@ MXMOE_HD float add32(float a, float b) {
 #endif
 }
 
-/// m (>= 0) with the sign bit of x.
+/// |m| with the sign of x (copysign, one bit select).
 MXMOE_HD float with_sign_of(float m, float x) {
-  return fmt::bits_float(fmt::float_bits(m) | (fmt::float_bits(x) & 0x80000000u));
+  return fmt::bits_float((fmt::float_bits(m) & 0x7fffffffu) | (fmt::float_bits(x) & 0x80000000u));
 }
 
-/// e^x for |x / ln2| < 2^22 (no special cases): Cody-Waite reduction to |r| <= ln2/2,
-/// degree-6 minimax polynomial, exact power-of-two rescale. A NaN x gives NaN.
-MXMOE_HD float exp_core_f32(float x) {
+/// e^x = 2^n * (1 + em) for |x / ln2| < 2^22: Cody-Waite reduction x = n ln2 + r,
+/// |r| <= ln2/2, and em = e^r - 1 = r + r^2 P(r) (Cephes expf's degree-6 polynomial),
+/// kept without its leading 1 so that expm1 needs no subtraction. A NaN x gives NaN em.
+struct ExpParts {
+  float em;
+  int n;
+};
+MXMOE_HD ExpParts exp_parts(float x) {
   // n = round(x / ln2), ties to even as rintf, by the 1.5 * 2^23 shift: |x / ln2| < 2^22,
   // so the sum's ulp is 1 and its low bits hold n (no float-to-int conversion).
   const float shifted = add32(mul32(x, 1.44269502162933349609375f), 12582912.0f);
   const float n = add32(shifted, -12582912.0f);
-  const int ni = static_cast<int>(fmt::float_bits(shifted) - 0x4B400000u);
   // r = x - n*ln2 with ln2 = C1 + C2, C1 having few bits so n*C1 is exact.
   float r = fma32(n, -0.693359375f, x);
   r = fma32(n, 2.12194440e-4f, r);
-  // exp(r) = 1 + r + r^2 * P(r)   (Cephes expf coefficients)
   float p = 1.9875691500e-4f;
   p = fma32(p, r, 1.3981999507e-3f);
   p = fma32(p, r, 8.3334519073e-3f);
   p = fma32(p, r, 4.1665795894e-2f);
   p = fma32(p, r, 1.6666665459e-1f);
   p = fma32(p, r, 5.0000001201e-1f);
-  const float r2 = mul32(r, r);
-  p = fma32(p, r2, r);
-  p = add32(p, 1.0f);
+  return ExpParts{fma32(p, mul32(r, r), r), static_cast<int>(fmt::float_bits(shifted) - 0x4B400000u)};
+}
+
+/// 2^n as a float, for -126 <= n <= 127.
+MXMOE_HD float pow2_f32(int n) { return fmt::bits_float(static_cast<uint32_t>(n + 127) << 23); }
+
+/// e^x for |x / ln2| < 2^22 (no special cases). A NaN x gives NaN.
+MXMOE_HD float exp_core_f32(float x) {
+  const ExpParts e = exp_parts(x);
+  const float p = add32(e.em, 1.0f);
   // p * 2^n, n in [-150, 128], as (p * 2^n1) * 2^n2 with n1 = floor(n / 2), n2 = n - n1,
   // both in [-75, 64]: the first product is exact (p in [0.7, 1.42]), so only the last
   // multiply rounds (the one that may produce a subnormal or overflow).
-  const int n1 = ni >> 1, n2 = ni - n1;
-  return mul32(mul32(p, fmt::bits_float(static_cast<uint32_t>(n1 + 127) << 23)),
-               fmt::bits_float(static_cast<uint32_t>(n2 + 127) << 23));
+  const int n1 = e.n >> 1, n2 = e.n - n1;
+  return mul32(mul32(p, pow2_f32(n1)), pow2_f32(n2));
 }
 
 inline constexpr float kExpUnderflow = -103.97208404541015625f;  // below: e^x rounds to 0
@@ -101,9 +110,14 @@ MXMOE_HD float exp_nonpos_f32(float x) { return exp_core_f32(x < kExpUnderflow ?
 
 MXMOE_HD float sigmoid_f32(float x) { return 1.0f / add32(1.0f, exp_f32(-x)); }
 
-/// The odd Taylor series of tanh through z^17 as tanh(z) = z + z^3 * tanh_series(z^2),
-/// truncation < 1e-8 relative for |z| < 0.55.
-MXMOE_HD float tanh_series(float z2) {
+/// tanh(z): 2*sigmoid(2z) - 1 for |z| >= 0.55 (a few ulp there), and the odd Taylor
+/// series through z^17 below (truncation < 1e-8 relative), because 2*sigmoid(2z) - 1
+/// alone has ~6e-8 *absolute* error, i.e. a large relative error for small z. (SiTU has
+/// its own form below; tanh.approx would cost ~1e-2 through its up branch, SPEC §6.)
+/// 2*s is exact, so fma or not gives the same bits.
+MXMOE_HD float tanh_f32(float z) {
+  // Both forms are evaluated and one selected (branch-free, see exp_f32).
+  const float z2 = mul32(z, z);
   float p = 6404582.0f / 10854718875.0f;
   p = fma32(p, z2, -929569.0f / 638512875.0f);
   p = fma32(p, z2, 21844.0f / 6081075.0f);
@@ -111,17 +125,8 @@ MXMOE_HD float tanh_series(float z2) {
   p = fma32(p, z2, 62.0f / 2835.0f);
   p = fma32(p, z2, -17.0f / 315.0f);
   p = fma32(p, z2, 2.0f / 15.0f);
-  return fma32(p, z2, -1.0f / 3.0f);
-}
-
-/// tanh(z): 2*sigmoid(2z) - 1 for |z| >= 0.55 (a few ulp there), and the odd Taylor
-/// series below, because 2*sigmoid(2z) - 1 alone has ~6e-8 *absolute* error, i.e. a
-/// large relative error for small z. (tanh.approx would cost ~1e-2 through SiTU's up
-/// branch, SPEC §6.) 2*s is exact, so fma or not gives the same bits.
-MXMOE_HD float tanh_f32(float z) {
-  // Both forms are evaluated and one selected (branch-free, see exp_f32).
-  const float z2 = mul32(z, z);
-  const float small = fma32(mul32(z, z2), tanh_series(z2), z);
+  p = fma32(p, z2, -1.0f / 3.0f);
+  const float small = fma32(mul32(z, z2), p, z);
   const float large = fma32(2.0f, sigmoid_f32(mul32(2.0f, z)), -1.0f);
   return fabsf(z) < 0.55f ? small : large;
 }
@@ -131,36 +136,40 @@ struct Fraction {
   float num, den;
 };
 
-/// a * tanh(x / a) as a Fraction, with inv_a = 1/a and k = -2/a (both loop-invariant:
-/// the compiler computes them once per expert). For |x / a| < 0.55 the series with
-/// den = 1, written as x + x * z^2 * P(z^2) with z = x * inv_a: a * z is x itself, and
-/// z's rounding only reaches the correction term, which is below 0.11 x. Above it
-/// sign(x) * a * (1 - E) / (1 + E) with E = e^(-2|x|/a) in (0, 0.34]: no cancellation
-/// worse than 2x and no overflow for any x (x = +-Inf gives E = 0, +-a / 1).
-MXMOE_HD Fraction scaled_tanh_fraction(float x, float a, float inv_a, float k) {
-  const float z = mul32(x, inv_a);
-  const float z2 = mul32(z, z);
-  const float series = fma32(x, mul32(z2, tanh_series(z2)), x);
-  const float e = exp_nonpos_f32(mul32(fabsf(x), k));
-  const float large = mul32(a, with_sign_of(add32(1.0f, -e), x));
-  const bool small = fabsf(z) < 0.55f;
-  return Fraction{small ? series : large, small ? 1.0f : add32(1.0f, e)};
+/// e^x - 1 for x <= 0 or NaN, without cancellation: 2^n * em + (2^n - 1) in one fma
+/// (exp_parts; 2^n - 1 is exact for n >= -24). Below -44 (n < -63) x is replaced by
+/// -44, where e^x - 1 is -1 to fp32 already, so 2^n stays a normal float.
+MXMOE_HD float expm1_nonpos_f32(float x) {
+  const ExpParts e = exp_parts(x < -44.0f ? -44.0f : x);
+  const float s = pow2_f32(e.n);
+  return fma32(s, e.em, add32(s, -1.0f));
+}
+
+/// tanh(x / a) as a Fraction, from k = -2/a (loop-invariant: the compiler computes it
+/// once per expert): with m = e^(-2|x|/a) - 1 in [-1, 0], sign(x) * -m / (2 + m). m is
+/// computed as such, so there is no cancellation for small |x| and one form serves every
+/// x (x = +-Inf: m = -1, +-1 / 1).
+MXMOE_HD Fraction tanh_fraction(float x, float k) {
+  const float m = expm1_nonpos_f32(mul32(fabsf(x), k));
+  return Fraction{with_sign_of(m, x), add32(2.0f, m)};
 }
 
 /// SiTU(alpha, beta) = alpha*tanh(g/alpha) * sigmoid(g) * beta*tanh(u/beta) (SPEC §6) as
-/// one quotient: the two scaled tanh fractions above and sigmoid(g) = N / (1 + E) with
+/// one quotient: the two tanh fractions above and sigmoid(g) = N / (1 + E) with
 /// E = e^(-|g|), N = 1 for g >= 0 and E below (no overflow either way), multiplied out
-/// and divided once. Why: an IEEE division compiles to about a dozen instructions and a
-/// branch to a slow path; the form with tanh and sigmoid one after the other took five
-/// of them per activation and ~250 instructions, and the GEMM1 epilogues evaluate
-/// millions. Accuracy against float64: tests/cpu/test_activation_math.cpp.
+/// with alpha*beta and divided once. Why: an IEEE division compiles to about a dozen
+/// instructions and a branch to a slow path; the form with tanh and sigmoid one after
+/// the other took five of them per activation (197 SASS instructions against 89 here),
+/// and the GEMM1 epilogues evaluate millions. Accuracy against float64 (worst 7.6 ulp,
+/// mean 0.9): tests/cpu/test_activation_math.cpp.
 MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
-  const Fraction t1 = scaled_tanh_fraction(g, alpha, 1.0f / alpha, -2.0f / alpha);
-  const Fraction t3 = scaled_tanh_fraction(u, beta, 1.0f / beta, -2.0f / beta);
+  const Fraction t1 = tanh_fraction(g, -2.0f / alpha);
+  const Fraction t3 = tanh_fraction(u, -2.0f / beta);
   const float e2 = exp_nonpos_f32(-fabsf(g));  // NaN for a NaN g, so the result is NaN
   const float sig_num = g >= 0.0f ? 1.0f : e2;
-  const float num = mul32(mul32(t1.num, t3.num), sig_num);  // a subnormal only at the end
-  const float den = mul32(mul32(t1.den, t3.den), add32(1.0f, e2));  // in [1, 8]
+  // A subnormal only in the last product; den in [1, 8].
+  const float num = mul32(mul32(mul32(mul32(alpha, beta), t1.num), t3.num), sig_num);
+  const float den = mul32(mul32(t1.den, t3.den), add32(1.0f, e2));
   return num / den;
 }
 

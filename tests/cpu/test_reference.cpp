@@ -667,7 +667,7 @@ TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
 // (session 12, more accurate) the backend matches the reference exactly at that seed, so
 // the case now runs at one where it still rounds some codes the other way (7 ties taken).
 TEST(NearTies, SmokeCaseThatFailedOnANearTieNowPasses) {
-  const uint64_t seed = 9000027ull;
+  const uint64_t seed = 2000006ull;
   const std::vector<SuiteCase> cases = suite_cases("smoke");
   for (size_t i = 0; i < cases.size(); ++i) {
     if (cases[i].name != "situ-masked-slots-m32") continue;
