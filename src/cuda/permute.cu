@@ -1,13 +1,19 @@
 // permute.cu — group the (token, slot) pairs by local expert.
 //
 // Deterministic order: within an expert, rows follow the pair index token*k + slot.
-// Two kernels, one block per local expert, each block scanning all M*k pairs (a few
-// thousand ids, L2-resident; cheap next to the GEMMs):
+// Two kernels, one block per local expert, each block reading all M*k pairs (ids and the
+// expert map are L2-resident):
 //   count:   rows per expert (counts[e]); block 0 also marks every non-local pair
 //            (pair_row = -1) and writes the error word (ids < -1 or >= E_global are
 //            skipped and flagged, never used as an index);
 //   scatter: offsets[e] = sum of the counts before e, then the rows of expert e in pair
-//            order by a block-wide ballot prefix: row_map[row] = pair, pair_row[pair] = row.
+//            order: each thread takes a run of kRun consecutive pairs, and a block-wide
+//            exclusive scan of the runs' match counts gives every match its row:
+//            row_map[row] = pair, pair_row[pair] = row.
+// Why runs: a form with one pair per thread and a barrier per 256 pairs waited out two
+// dependent L2 loads (id, map entry) per step: 116 + 135 us at M=4096 (65536 pairs),
+// 2.5% of the layer (PERFORMANCE.md, session 12). A thread's run issues its kRun loads at
+// once, and a block of kThreads takes kThreads * kRun pairs per barrier step.
 // Small problems use one block instead (permute_small_block below, heuristics.h).
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
 #include "common.cuh"
@@ -19,38 +25,59 @@ namespace mxmoe::cuda_detail {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
+constexpr int kRun = 16;  // consecutive pairs per thread and step (a 32-bit match mask)
+constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ int local_of(const PermuteParams& p, int64_t pair, bool* bad) {
-  const int32_t id = p.ids[pair];
+/// The local expert of global id `id` (-1: none); ids < -1 or >= E_global set *bad.
+__device__ __forceinline__ int local_of_id(const PermuteParams& p, int32_t id, bool* bad) {
   if (id >= 0 && id < p.num_experts) return p.expert_map[id];
   if (id != -1) *bad = true;
   return -1;
 }
 
+/// Bit i set where pair first + i (< total) belongs to local expert e. The kRun id loads
+/// are independent, so they are in flight together, then the kRun map lookups. Pairs
+/// of no local expert in the run get pair_row = -1 when `mark` (block 0 of the count).
+__device__ __forceinline__ uint32_t run_matches(const PermuteParams& p, int64_t first, int64_t total,
+                                                int e, bool mark, bool* bad) {
+  int32_t id[kRun];
+#pragma unroll
+  for (int i = 0; i < kRun; ++i) id[i] = first + i < total ? p.ids[first + i] : -1;
+  uint32_t mask = 0;
+#pragma unroll
+  for (int i = 0; i < kRun; ++i) {
+    const int loc = local_of_id(p, id[i], bad);
+    if (mark && loc < 0 && first + i < total) p.pair_row[first + i] = -1;
+    mask |= static_cast<uint32_t>(loc == e) << i;
+  }
+  return mask;
+}
+
 __global__ void __launch_bounds__(kThreads) permute_count_kernel(const PermuteParams p) {
+  __shared__ int s_warp[kWarps];
   const int e = blockIdx.x;
   const int64_t total = p.tokens * p.top_k;
   int count = 0;
   bool bad = false;
-  for (int64_t base = 0; base < total; base += kThreads) {
-    const int64_t pair = base + threadIdx.x;
-    int loc = -1;
-    if (pair < total) {
-      loc = local_of(p, pair, &bad);
-      if (e == 0 && loc < 0) p.pair_row[pair] = -1;
-    }
-    count += __syncthreads_count(loc == e);
-  }
+  for (int64_t first = static_cast<int64_t>(threadIdx.x) * kRun; first < total;
+       first += int64_t{kThreads} * kRun)
+    count += __popc(run_matches(p, first, total, e, e == 0, &bad));
+  // No barrier per step: the block's sum once at the end.
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0) s_warp[threadIdx.x >> 5] = count;
   const int any_bad = __syncthreads_or(bad);
   if (threadIdx.x == 0) {
-    p.counts[e] = count;
+    int sum = 0;
+    for (int w = 0; w < kWarps; ++w) sum += s_warp[w];
+    p.counts[e] = sum;
     if (e == 0) *p.error = any_bad ? kErrorIdOutOfRange : 0u;
   }
 }
 
 __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const PermuteParams p) {
-  __shared__ int s_warp[kThreads / 32];
+  __shared__ int s_warp[kWarps];
   __shared__ int s_off;
   const int e = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -64,26 +91,35 @@ __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const Permute
   __syncthreads();
   int running = s_off;
   const int64_t total = p.tokens * p.top_k;
-  bool bad = false;
-  for (int64_t base = 0; base < total; base += kThreads) {
-    const int64_t pair = base + threadIdx.x;
-    const bool mine = pair < total && local_of(p, pair, &bad) == e;
-    const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
-    if (lane == 0) s_warp[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, chunk = 0;
+  bool bad = false;  // flagged by the count kernel already
+  for (int64_t base = 0; base < total; base += int64_t{kThreads} * kRun) {
+    const int64_t first = base + static_cast<int64_t>(threadIdx.x) * kRun;
+    const uint32_t mask = run_matches(p, first, total, e, false, &bad);
+    // Exclusive scan of the runs' match counts over the block, in thread (= pair) order.
+    const int n = __popc(mask);
+    int incl = n;
 #pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) {
-      before += (w < warp) ? s_warp[w] : 0;
-      chunk += s_warp[w];
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
     }
-    if (mine) {
-      const int row = running + before + __popc(ballot & ((1u << lane) - 1u));
+    if (lane == 31) s_warp[warp] = incl;
+    __syncthreads();
+    int before = incl - n, step = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      before += (w < warp) ? s_warp[w] : 0;
+      step += s_warp[w];
+    }
+    int row = running + before;
+    for (uint32_t m = mask; m != 0; m &= m - 1) {
+      const int64_t pair = first + __ffs(m) - 1;
       p.row_map[row] = static_cast<int32_t>(pair);
       p.pair_row[pair] = row;
+      ++row;
     }
-    running += chunk;
-    __syncthreads();  // s_warp is rewritten by the next chunk
+    running += step;
+    __syncthreads();  // s_warp is rewritten by the next step
   }
 }
 
@@ -108,7 +144,7 @@ __device__ __forceinline__ void permute_small_block(const PermuteParams& p) {
   const int64_t pair = tid;
   bool bad = false;
   int loc = -1;
-  if (pair < total) loc = local_of(p, pair, &bad);
+  if (pair < total) loc = local_of_id(p, p.ids[pair], &bad);
   const uint32_t same = __match_any_sync(0xffffffffu, loc);
   const int rank = __popc(same & ((1u << lane) - 1u));
   if (loc >= 0 && rank == 0) s_wc[warp][loc] = __popc(same);

@@ -362,6 +362,22 @@ TEST(Permute, OrderCountsEpMapMinusOneAndBadIds) {
   std::vector<int32_t> map(E, -1);
   for (int e = 0; e < 4; ++e) map[e] = e;
   check_permute(none, 5, 4, E, map, 4);
+  // The large-problem kernels over several block steps (8192 pairs each) with a tail,
+  // and 70 local experts (above the one-block path's 64) with two of them empty.
+  const int64_t E2 = 96;
+  std::vector<int32_t> map3(E2, -1);
+  for (int e = 0; e < 70; ++e) map3[(e * 37) % E2] = e;
+  for (const auto& [M2, k2] : {std::pair<int64_t, int64_t>{2500, 7}, {4096, 16}, {3, 5}}) {
+    std::vector<int32_t> ids(M2 * k2);
+    for (auto& v : ids) {
+      v = static_cast<int32_t>(rng.below(E2 + 1)) - 1;
+      if (v >= 0 && (map3[v] == 5 || map3[v] == 69)) v = -1;
+    }
+    check_permute(ids, M2, k2, E2, map3, 70);
+    ids[M2 * k2 - 1] = static_cast<int32_t>(E2);
+    ids[M2 * k2 / 3] = -2;
+    check_permute(ids, M2, k2, E2, map3, 70);
+  }
 }
 
 // ---------------------------------------------------------------- exact-grid weights
