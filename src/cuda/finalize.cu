@@ -16,28 +16,36 @@ constexpr int kThreads = 256;
 
 /// kMaxSplits: 1 when GEMM2 did not split (the loads and registers of the unsplit case
 /// stay minimal: at M >= 1024 a 4-split array of values cost 2.7%), else kGemm2MaxSplits.
-template <bool kFp32Out, int kMaxSplits>
+/// kVec: output columns per thread, 4 (16-byte loads of y) where launch_finalize finds
+/// the rows aligned for it, else 1. Each column keeps its own fma chain, so the result
+/// does not depend on kVec.
+template <bool kFp32Out, int kMaxSplits, int kVec>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
+  static_assert(kVec == 1 || (kVec == 4 && kMaxSplits == 1), "16-byte columns only unsplit");
   const int64_t t = blockIdx.x;
-  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * kVec;
   // Every block waits (launch_finalize may make this grid a programmatic dependent of
   // GEMM2): finishing this grid then implies GEMM2 finished, so plain launches after it
   // see all of the forward done.
   pdl_wait_for_predecessor();
-  if (c >= p.hidden) return;
+  if (c >= p.hidden) return;  // kVec divides hidden
   // Latency, not bandwidth, sets this kernel's time at decode sizes (a few KB of y per
   // token, just written to L2), so the loads go out in two waves: a batch of slots' row
   // indices, weights and range factors, then every y value of the batch (all splits)
   // together. Only then does the fixed fma chain run, in slot order and split order.
   // (A chain of dependent loads per split and slot took 18 us at M=1 with 4 splits.)
+  // At prefill sizes it streams M * k rows of y from HBM: the 16-byte loads (kVec 4)
+  // took it from 326 to 225 us at M=4096 (H200, ncu; PERFORMANCE.md, session 12).
   constexpr int kBatch = 8;
   const int splits = kMaxSplits > 1 && p.back != nullptr ? p.splits : 1;
-  float acc = 0.0f;
+  float acc[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) acc[q] = 0.0f;
   const int32_t* pr = p.pair_row + t * p.top_k;
   const float* wt = p.weights + t * p.top_k;
   for (int64_t j0 = 0; j0 < p.top_k; j0 += kBatch) {
     int32_t r[kBatch];
-    float w[kBatch], back[kBatch], v[kBatch][kMaxSplits];
+    float w[kBatch], back[kBatch], v[kBatch][kMaxSplits][kVec];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const bool in = j0 + i < p.top_k;
@@ -49,27 +57,53 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
       back[i] = 1.0f;
       const float* yr = p.y + static_cast<int64_t>(r[i] < 0 ? 0 : r[i]) * p.hidden + c;
 #pragma unroll
-      for (int sp = 0; sp < kMaxSplits; ++sp)
-        v[i][sp] = r[i] >= 0 && sp < splits ? yr[sp * p.split_stride] : 0.0f;
+      for (int sp = 0; sp < kMaxSplits; ++sp) {
+        const bool ok = r[i] >= 0 && sp < splits;
+        if constexpr (kVec == 4) {
+          const float4 f = ok ? *reinterpret_cast<const float4*>(yr) : make_float4(0, 0, 0, 0);
+          v[i][sp][0] = f.x;
+          v[i][sp][1] = f.y;
+          v[i][sp][2] = f.z;
+          v[i][sp][3] = f.w;
+        } else {
+          v[i][sp][0] = ok ? yr[sp * p.split_stride] : 0.0f;
+        }
+      }
       // Split GEMM2: partials in split order, then the row's range factor.
       if (r[i] >= 0 && p.back != nullptr) back[i] = p.back[r[i]];
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       if (r[i] < 0) continue;
-      float y = v[i][0];
-      if (p.back != nullptr) {
 #pragma unroll
-        for (int sp = 1; sp < kMaxSplits; ++sp)
-          if (sp < splits) y = y + v[i][sp];
-        y = y * back[i];
+      for (int q = 0; q < kVec; ++q) {
+        float y = v[i][0][q];
+        if (p.back != nullptr) {
+#pragma unroll
+          for (int sp = 1; sp < kMaxSplits; ++sp)
+            if (sp < splits) y = y + v[i][sp][q];
+          y = y * back[i];
+        }
+        acc[q] = __fmaf_rn(w[i], y, acc[q]);
       }
-      acc = __fmaf_rn(w[i], y, acc);
     }
   }
-  acc = acc * p.output_scale;
-  if constexpr (kFp32Out) static_cast<float*>(p.out)[t * p.hidden + c] = acc;
-  else static_cast<uint16_t*>(p.out)[t * p.hidden + c] = fmt::float_to_bf16(acc);
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) acc[q] = acc[q] * p.output_scale;
+  if constexpr (kFp32Out) {
+    float* o = static_cast<float*>(p.out) + t * p.hidden + c;
+    if constexpr (kVec == 4) *reinterpret_cast<float4*>(o) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    else o[0] = acc[0];
+  } else {
+    uint16_t* o = static_cast<uint16_t*>(p.out) + t * p.hidden + c;
+    if constexpr (kVec == 4) {
+      *reinterpret_cast<uint2*>(o) =
+          make_uint2(fmt::float_to_bf16(acc[0]) | static_cast<uint32_t>(fmt::float_to_bf16(acc[1])) << 16,
+                     fmt::float_to_bf16(acc[2]) | static_cast<uint32_t>(fmt::float_to_bf16(acc[3])) << 16);
+    } else {
+      o[0] = fmt::float_to_bf16(acc[0]);
+    }
+  }
 }
 
 }  // namespace
@@ -77,18 +111,23 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
   MXMOE_CHECK_ARG(p.splits >= 1 && p.splits <= kGemm2MaxSplits, "FinalizeParams.splits", p.splits,
                   ": needs 1..", kGemm2MaxSplits);
-  const dim3 grid(static_cast<unsigned>(p.tokens),
-                  static_cast<unsigned>((p.hidden + kThreads - 1) / kThreads));
   const bool split = p.splits > 1 && p.back != nullptr;
-  auto* kernel = p.out_fp32 ? (split ? finalize_kernel<true, kGemm2MaxSplits> : finalize_kernel<true, 1>)
-                            : (split ? finalize_kernel<false, kGemm2MaxSplits> : finalize_kernel<false, 1>);
+  // 16-byte columns: unsplit, and every row of y and of the output starts 16-byte aligned.
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool vec = !split && p.hidden % 4 == 0 && aligned16(p.y) && aligned16(p.out);
+  const int cols = vec ? 4 * kThreads : kThreads;
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + cols - 1) / cols));
+  auto* kernel = p.out_fp32 ? (split ? finalize_kernel<true, kGemm2MaxSplits, 1>
+                                     : vec ? finalize_kernel<true, 1, 4> : finalize_kernel<true, 1, 1>)
+                            : (split ? finalize_kernel<false, kGemm2MaxSplits, 1>
+                                     : vec ? finalize_kernel<false, 1, 4> : finalize_kernel<false, 1, 1>);
   launch_kernel(kernel, grid, dim3(kThreads), 0, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("finalize_kernel");
 }
 
 cudaError_t probe_kernel_image() {
   cudaFuncAttributes a;
-  return cudaFuncGetAttributes(&a, finalize_kernel<true, 1>);
+  return cudaFuncGetAttributes(&a, finalize_kernel<true, 1, 1>);
 }
 
 }  // namespace mxmoe::cuda_detail

@@ -986,45 +986,54 @@ TEST(DISABLED_Timing, KimiDecodeStages) {
 
 TEST(Finalize, SlotOrderFmaChainBitExactBf16AndFp32) {
   REQUIRE_GPU();
-  const int64_t M = 9, k = 5, K = 300;
-  Rng rng(9);
-  std::vector<int32_t> pair_row(M * k);
-  int32_t next = 0;
-  for (auto& v : pair_row) v = rng.below(4) == 0 ? -1 : next++;
-  for (int64_t j = 0; j < k; ++j) pair_row[3 * k + j] = -1;  // token without local expert
-  std::vector<float> y(static_cast<size_t>(next) * K), wts(M * k);
-  for (auto& v : y) v = static_cast<float>(rng.normal());
-  for (auto& v : wts) v = static_cast<float>(rng.uniform());
-  Dev<float> dy(y), dw(wts), out32(M * K);
-  Dev<int32_t> dpr(pair_row);
-  Dev<uint16_t> out16(M * K);
-  for (bool fp32 : {false, true}) {
-    cudaMemset(fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p), 0xFF, M * K * (fp32 ? 4 : 2));
-    cd::FinalizeParams p;
-    p.y = dy.p;
-    p.pair_row = dpr.p;
-    p.weights = dw.p;
-    p.tokens = M;
-    p.top_k = k;
-    p.hidden = K;
-    p.output_scale = 1.5f;
-    p.out = fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p);
-    p.out_fp32 = fp32;
-    cd::launch_finalize(p, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto g32 = out32.down();
-    const auto g16 = out16.down();
-    for (int64_t t = 0; t < M; ++t)
-      for (int64_t c = 0; c < K; ++c) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < k; ++j) {
-          const int32_t r = pair_row[t * k + j];
-          if (r >= 0) acc = std::fmaf(wts[t * k + j], y[r * K + c], acc);
+  // K = 300 with aligned outputs takes the 16-byte column kernel; K = 301, or an output
+  // one element off alignment, the one-column kernel; k = 17 runs two slot batches.
+  struct Shape {
+    int64_t K, k, out_offset;
+  };
+  for (const Shape sh : {Shape{300, 5, 0}, Shape{301, 17, 0}, Shape{300, 5, 1}}) {
+    const int64_t M = 9, k = sh.k, K = sh.K, off = sh.out_offset;
+    Rng rng(9 + K + k + off);
+    std::vector<int32_t> pair_row(M * k);
+    int32_t next = 0;
+    for (auto& v : pair_row) v = rng.below(4) == 0 ? -1 : next++;
+    for (int64_t j = 0; j < k; ++j) pair_row[3 * k + j] = -1;  // token without local expert
+    std::vector<float> y(static_cast<size_t>(next) * K), wts(M * k);
+    for (auto& v : y) v = static_cast<float>(rng.normal());
+    for (auto& v : wts) v = static_cast<float>(rng.uniform());
+    Dev<float> dy(y), dw(wts), out32(M * K + off);
+    Dev<int32_t> dpr(pair_row);
+    Dev<uint16_t> out16(M * K + off);
+    for (bool fp32 : {false, true}) {
+      cudaMemset(fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p), 0xFF,
+                 (M * K + off) * (fp32 ? 4 : 2));
+      cd::FinalizeParams p;
+      p.y = dy.p;
+      p.pair_row = dpr.p;
+      p.weights = dw.p;
+      p.tokens = M;
+      p.top_k = k;
+      p.hidden = K;
+      p.output_scale = 1.5f;
+      p.out = fp32 ? static_cast<void*>(out32.p + off) : static_cast<void*>(out16.p + off);
+      p.out_fp32 = fp32;
+      cd::launch_finalize(p, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto g32 = out32.down();
+      const auto g16 = out16.down();
+      for (int64_t t = 0; t < M; ++t)
+        for (int64_t c = 0; c < K; ++c) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < k; ++j) {
+            const int32_t r = pair_row[t * k + j];
+            if (r >= 0) acc = std::fmaf(wts[t * k + j], y[r * K + c], acc);
+          }
+          acc = acc * 1.5f;
+          const int64_t o = off + t * K + c;
+          if (fp32) ASSERT_EQ(fbits(g32[o]), fbits(acc)) << K << " " << k << " " << off << ": " << t << "," << c;
+          else ASSERT_EQ(g16[o], fmt::float_to_bf16(acc)) << K << " " << k << " " << off << ": " << t << "," << c;
         }
-        acc = acc * 1.5f;
-        if (fp32) ASSERT_EQ(fbits(g32[t * K + c]), fbits(acc)) << t << "," << c;
-        else ASSERT_EQ(g16[t * K + c], fmt::float_to_bf16(acc)) << t << "," << c;
-      }
+    }
   }
 }
 
