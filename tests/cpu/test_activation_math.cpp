@@ -107,9 +107,9 @@ double situ_worst_ulps(float alpha, float beta, double sd, uint32_t seed) {
 
 TEST(ActivationMath, SituAgainstDouble) {
   // SiTU on normally drawn pre-activations against the reference's float64 activation,
-  // in ulp of the result: Kimi-K3's (alpha 4, beta 25) with sd 18 (wide enough for both
-  // forms of both tanh) and sd 2 (mostly the series), and a pair that is not a power of
-  // two nor Kimi's (1/alpha and -2/alpha rounded).
+  // in ulp of the result: Kimi-K3's (alpha 4, beta 25) with sd 18 (mostly large |x / a|,
+  // m near -1 in the tanh fractions) and sd 2 (mostly small, m near 0), and a pair that
+  // is neither a power of two nor Kimi's (-2/alpha and alpha*beta rounded).
   const double kimi_wide = situ_worst_ulps(4.0f, 25.0f, 18.0, 9);
   const double kimi_narrow = situ_worst_ulps(4.0f, 25.0f, 2.0, 10);
   const double other = situ_worst_ulps(1.7f, 7.3f, 6.0, 11);

@@ -78,8 +78,8 @@ uint32_t fbits(float f) { return fmt::float_bits(f); }
 
 constexpr int kMathFns = 8;
 
-// alpha, beta: SiTU's parameters from a kernel argument as in the epilogues (the
-// reciprocals inside situ_f32 computed at run time, not folded by the compiler).
+// alpha, beta: SiTU's parameters from a kernel argument as in the epilogues (-2/alpha,
+// -2/beta and alpha*beta inside situ_f32 computed at run time, not folded by the compiler).
 __global__ void math_kernel(const float* x, int n, float alpha, float beta, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
