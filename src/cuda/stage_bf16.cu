@@ -11,6 +11,8 @@
 // Columns past `cols` are zeros up to `stride` (a multiple of 64). A value is exact in
 // BF16 when it is 0, NaN, or a normal BF16 number (|v| >= 2^-126) that converts back to
 // itself; anything else sets the flag bit, and that GEMM runs on the generic path.
+#include <cuda_fp16.h>
+
 #include <atomic>
 #include <cstdlib>
 
@@ -23,7 +25,10 @@ namespace mxmoe::cuda_detail {
 
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // one warp per row
+// One MX block per lane; a row's blocks are split over warps (ceil(stride / 32 / 32) of
+// them), so that a handful of rows (decode-sized prefill) still spreads over many SMs.
+constexpr int kWarpsPerCta = 8;
+constexpr int kBlocksPerWarp = 32;
 
 /// Output position o (0..31) of an MX block <- input element.
 __device__ __forceinline__ int staged_source(int o) {
@@ -31,32 +36,72 @@ __device__ __forceinline__ int staged_source(int o) {
   return 8 * ((k & 7) >> 1) + 4 * s + 2 * (k >> 3) + (k & 1);
 }
 
+/// The checked conversion of one MXFP8 block (value = code * s), for blocks whose scale
+/// lets a value fall under 2^-126: sets `inexact` where BF16 cannot hold a value.
+__device__ __forceinline__ void e4m3_block_checked(const uint32_t (&words)[8], float s, uint16_t (&in)[32],
+                                                   bool& inexact) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const uint8_t code = static_cast<uint8_t>(words[i >> 2] >> (8 * (i & 3)));
+    const float v = fmt::e4m3_to_float(code) * s;
+    in[i] = fmt::float_to_bf16(v);
+    const bool ok = v == 0.0f ? (code & 0x7Fu) == 0 : fmt::is_nan(v) ||
+                    (fabsf(v) >= 1.17549435e-38f && fmt::bf16_to_float(in[i]) == v);
+    inexact = inexact || !ok;
+  }
+}
+
+/// The same for a block whose smallest nonzero value, 2^-9 * s, is a normal float: every
+/// product is then exact in float and in BF16 (3 significant bits), so the BF16 is the
+/// float's upper half. The codes go through the hardware E4M3 -> f16 conversion (exact);
+/// NaN codes give NaN, and the multiply's NaN is the same canonical one as the checked
+/// path's, so both give the same bits.
+__device__ __forceinline__ void e4m3_block_fast(const uint32_t (&words)[8], float s, uint16_t (&in)[32]) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)), __NV_E4M3);
+      const float lo = __half2float(__ushort_as_half(pair.x)) * s;
+      const float hi = __half2float(__ushort_as_half(pair.y)) * s;
+      in[4 * w + 2 * h] = static_cast<uint16_t>(__float_as_uint(lo) >> 16);
+      in[4 * w + 2 * h + 1] = static_cast<uint16_t>(__float_as_uint(hi) >> 16);
+    }
+  }
+}
+
 template <bool kFp8>
-__global__ void __launch_bounds__(kRowsPerBlock * 32) stage_bf16_kernel(const StageBf16Params p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const StageBf16Params p, int warps_per_row) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + (threadIdx.x >> 5);
+  const int64_t row = warp / warps_per_row;
+  const int part = static_cast<int>(warp - row * warps_per_row);
   if (row >= p.rows) return;
   if (p.live_rows != nullptr && row >= *p.live_rows) return;
   const int kb = static_cast<int>(p.cols / kMxBlock), kbp = static_cast<int>(p.stride / kMxBlock);
-  uint16_t* out = p.dst + row * p.stride;
+  const int b = part * kBlocksPerWarp + lane;  // this lane's MX block
   float adj = 1.0f;
+  [[maybe_unused]] int d = 0;
   if constexpr (kFp8) {
+    // The range factor needs the whole row's largest scale: each warp of the row reads
+    // all of them (kb bytes).
     const uint8_t* sc = p.scale + row * kb;
     int mx = 0;
-    for (int b = lane; b < kb; b += 32) {
-      const int v = sc[b];
+    for (int i = lane; i < kb; i += 32) {
+      const int v = sc[i];
       if (v != 0xFF && v > mx) mx = v;  // a NaN scale poisons its block anyway
     }
 #pragma unroll
-    for (int d = 16; d >= 1; d >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-    const int d = max(0, mx - 127 - 64);
+    for (int sh = 16; sh >= 1; sh >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, sh));
+    d = max(0, mx - 127 - 64);
     adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23);
-    if (lane == 0) p.back[row] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
-  } else if (lane == 0) {
+    if (part == 0 && lane == 0) p.back[row] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+  } else if (part == 0 && lane == 0) {
     p.back[row] = 1.0f;
   }
   bool inexact = false;
-  for (int b = lane; b < kbp; b += 32) {
+  if (b < kbp) {
     uint16_t in[32];
     if (b >= kb) {
 #pragma unroll
@@ -66,16 +111,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_bf16_kernel(const St
       const uint4 c0 = *reinterpret_cast<const uint4*>(codes);
       const uint4 c1 = *reinterpret_cast<const uint4*>(codes + 16);
       const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-      const float s = fmt::e8m0_to_float(p.scale[row * kb + b]) * adj;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const uint8_t code = static_cast<uint8_t>(words[i >> 2] >> (8 * (i & 3)));
-        const float v = fmt::e4m3_to_float(code) * s;
-        in[i] = fmt::float_to_bf16(v);
-        const bool ok = v == 0.0f ? (code & 0x7Fu) == 0 : fmt::is_nan(v) ||
-                        (fabsf(v) >= 1.17549435e-38f && fmt::bf16_to_float(in[i]) == v);
-        inexact = inexact || !ok;
-      }
+      const int sb = p.scale[row * kb + b];
+      const float s = fmt::e8m0_to_float(static_cast<uint8_t>(sb)) * adj;
+      // 2^-9 * 2^(sb - d - 127) >= 2^-126 (a NaN scale, 0xFF, passes: all NaN)
+      if (sb - d >= 10) e4m3_block_fast(words, s, in);
+      else e4m3_block_checked(words, s, in, inexact);
     } else {
       const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.src) +
                                                         row * p.cols + b * kMxBlock);
@@ -95,7 +135,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_bf16_kernel(const St
     for (int i = 0; i < 16; ++i)
       o[i] = static_cast<uint32_t>(in[staged_source(2 * i)]) |
              (static_cast<uint32_t>(in[staged_source(2 * i + 1)]) << 16);
-    uint4* dst = reinterpret_cast<uint4*>(out + b * kMxBlock);
+    uint4* dst = reinterpret_cast<uint4*>(p.dst + row * p.stride + b * kMxBlock);
 #pragma unroll
     for (int q = 0; q < 4; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
   }
@@ -108,9 +148,11 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
   MXMOE_CHECK_ARG(p.cols % kMxBlock == 0 && p.stride % 64 == 0 && p.stride >= p.cols,
                   "StageBf16Params.stride", p.stride, ": needs a multiple of 64 >= cols ", p.cols);
   if (p.rows == 0) return;
-  const unsigned grid = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  if (p.fp8) stage_bf16_kernel<true><<<grid, kRowsPerBlock * 32, 0, stream>>>(p);
-  else stage_bf16_kernel<false><<<grid, kRowsPerBlock * 32, 0, stream>>>(p);
+  const int warps_per_row = static_cast<int>((p.stride / kMxBlock + kBlocksPerWarp - 1) / kBlocksPerWarp);
+  const int64_t warps = p.rows * warps_per_row;
+  const unsigned grid = static_cast<unsigned>((warps + kWarpsPerCta - 1) / kWarpsPerCta);
+  if (p.fp8) stage_bf16_kernel<true><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, warps_per_row);
+  else stage_bf16_kernel<false><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, warps_per_row);
   MXMOE_LAUNCH_CHECK("stage_bf16_kernel");
 }
 

@@ -1302,6 +1302,136 @@ TEST(Layer, OutOfRangeIdsAreSkippedAndFlagged) {
   expect_matches_reference(cfg, syn.weights, x, r2, o, "bad ids skipped");
 }
 
+// ---------------------------------------------------------------- prefill operand staging
+
+// The staged BF16 block of 32 (engine.h StageBf16Params), one element at a time: value =
+// code * 2^(scale - 127 - D) rounded to BF16; position 16 s + k' holds element
+// 8 ((k' % 8) / 2) + 4 s + 2 (k' / 8) + k' % 2. `exact` is cleared where BF16 cannot hold
+// a value (under 2^-126, or rounded).
+struct StagedRow {
+  std::vector<uint16_t> bf16;  // [stride]
+  float back = 1.0f;
+  bool exact = true;
+};
+StagedRow stage_row_model(const uint8_t* codes, const uint8_t* scale, const uint16_t* bf16_src, int64_t cols,
+                          int64_t stride) {
+  StagedRow r;
+  r.bf16.assign(stride, 0);
+  const int64_t kb = cols / 32;
+  float adj = 1.0f;
+  if (codes) {
+    int mx = 0;
+    for (int64_t b = 0; b < kb; ++b)
+      if (scale[b] != 0xFF) mx = std::max<int>(mx, scale[b]);
+    const int d = std::max(0, mx - 127 - 64);
+    adj = std::ldexp(1.0f, -d);
+    r.back = std::ldexp(1.0f, d);
+  }
+  for (int64_t b = 0; b < kb; ++b)
+    for (int o = 0; o < 32; ++o) {
+      const int s = o / 16, k = o % 16;
+      const int64_t src = 32 * b + 8 * ((k % 8) / 2) + 4 * s + 2 * (k / 8) + k % 2;
+      uint16_t v;
+      if (codes) {
+        const float f = fmt::e4m3_to_float(codes[src]) * (fmt::e8m0_to_float(scale[b]) * adj);
+        v = fmt::float_to_bf16(f);
+        const bool ok = f == 0.0f ? (codes[src] & 0x7F) == 0
+                                  : std::isnan(f) || (std::fabs(f) >= 0x1p-126f && fmt::bf16_to_float(v) == f);
+        r.exact = r.exact && ok;
+      } else {
+        v = bf16_src[src];
+      }
+      r.bf16[32 * b + o] = v;
+    }
+  return r;
+}
+
+bool bf16_is_nan(uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; }
+
+// stage_bf16 against stage_row_model: MXFP8 rows with scales that take the fast path and
+// the checked one (tiny scales: values under 2^-126, flagged), rows whose scales need a
+// range factor (D > 0), NaN codes and NaN scales, all-zero blocks; BF16 rows; a row
+// split over two warps (> 32 blocks) with padding to `stride`; rows past live_rows left
+// untouched. NaN compares as NaN (the GPU's multiply gives the canonical NaN).
+TEST(StageBf16, BitExactAgainstScalarModel) {
+  REQUIRE_GPU();
+  struct Case {
+    const char* name;
+    bool fp8;
+    int64_t cols, stride;
+    bool tiny;  // some blocks under a scale that lets values fall under 2^-126
+  };
+  const Case cases[] = {{"fp8 normal scales, 2 warps per row", true, 1120, 1152, false},
+                        {"fp8 tiny scales", true, 352, 384, true},
+                        {"fp8 one block", true, 32, 64, false},
+                        {"bf16", false, 1120, 1152, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t rows = 45, live = 41, kb = c.cols / 32;
+    Rng rng(static_cast<uint64_t>(c.cols) * 7 + c.tiny);
+    std::vector<uint8_t> codes(rows * c.cols), scale(rows * kb);
+    std::vector<uint16_t> bsrc(rows * c.cols);
+    for (auto& v : codes) v = static_cast<uint8_t>(rng.below(256));
+    for (auto& v : bsrc) v = fmt::float_to_bf16(static_cast<float>(rng.normal()));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < kb; ++b) {
+        int sb = 100 + static_cast<int>(rng.below(60));
+        if (r % 7 == 3) sb = 180 + static_cast<int>(rng.below(75));  // D > 0 on most such rows
+        if (c.tiny && rng.below(3) == 0) sb = static_cast<int>(rng.below(12));
+        scale[r * kb + b] = static_cast<uint8_t>(sb);
+        if (rng.below(9) == 0)
+          for (int i = 0; i < 32; ++i) codes[r * c.cols + b * 32 + i] = rng.below(2) ? 0x80 : 0x00;
+      }
+    scale[2 * kb + 1] = 0xFF;  // NaN scale
+    codes[4 * c.cols + 5] = 0x7F;
+    codes[4 * c.cols + 6] = 0xFF;  // NaN codes
+    Dev<uint8_t> dcodes(codes), dscale(scale);
+    Dev<uint16_t> dbsrc(bsrc), dst(rows * c.stride);
+    Dev<float> dback(rows);
+    Dev<uint32_t> dflag(1);
+    Dev<int32_t> dlive(std::vector<int32_t>{static_cast<int32_t>(live)});
+    cudaMemset(dst.p, 0xAA, dst.n * 2);
+    cudaMemset(dback.p, 0xFF, dback.n * 4);
+    cudaMemset(dflag.p, 0, 4);
+    const cd::StageBf16Params p{.src = c.fp8 ? static_cast<const void*>(dcodes.p) : dbsrc.p,
+                                .scale = c.fp8 ? dscale.p : nullptr, .fp8 = c.fp8, .rows = rows,
+                                .live_rows = dlive.p, .cols = c.cols, .stride = c.stride, .dst = dst.p,
+                                .back = dback.p, .flag = dflag.p, .flag_bit = 4};
+    cd::launch_stage_bf16(p, nullptr);
+    CK(cudaDeviceSynchronize());
+    const auto got = dst.down();
+    const auto back = dback.down();
+    bool exact = true;
+    int64_t bad = 0, nans = 0, ranged = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r >= live) {
+        for (int64_t i = 0; i < c.stride; ++i)
+          if (got[r * c.stride + i] != 0xAAAA && ++bad <= 5) ADD_FAILURE() << "row " << r << " past live_rows written";
+        continue;
+      }
+      const StagedRow want = stage_row_model(c.fp8 ? &codes[r * c.cols] : nullptr, c.fp8 ? &scale[r * kb] : nullptr,
+                                             &bsrc[r * c.cols], c.cols, c.stride);
+      exact = exact && want.exact;
+      ranged += want.back != 1.0f;
+      EXPECT_EQ(fbits(back[r]), fbits(want.back)) << "row " << r;
+      for (int64_t i = 0; i < c.stride; ++i) {
+        const uint16_t g = got[r * c.stride + i], w = want.bf16[i];
+        const bool same = bf16_is_nan(w) ? bf16_is_nan(g) : g == w;
+        nans += bf16_is_nan(w);
+        if (!same && ++bad <= 5)
+          ADD_FAILURE() << "row " << r << " position " << i << ": got 0x" << std::hex << g << " want 0x" << w;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(dflag.down()[0], exact ? 0u : 4u);
+    if (c.fp8) {
+      EXPECT_GT(nans, 32) << "the NaN scale and NaN codes must be reached";
+      EXPECT_GT(ranged, 2) << "rows with a range factor must be reached";
+      EXPECT_EQ(exact, !c.tiny) << "tiny scales must reach the checked path's flag, and only they";
+    }
+  }
+}
+
 // ---------------------------------------------------------------- FP8 precision mode
 
 bool fp8_mode_available(std::string* why) {
