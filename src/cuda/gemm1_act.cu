@@ -285,6 +285,41 @@ __device__ __forceinline__ void rotate_down(float (&a)[kN]) {
   for (int i = 0; i < 4 * kBlocks; ++i) a[kN - 4 * kBlocks + i] = first[i];
 }
 
+// The E8M0 scale (and its inverse) of each of a tile's token columns, computed once per
+// warp: lane L takes columns 32 i + L. The lanes that hold values of column n (one per
+// g) fetch it from lane n % 32 by a shuffle, instead of each running the same ~40
+// instructions with branches (mx_scale_byte). Lane n % 32 holds it in slot n / 32, which
+// is j / 4 for the token block j of 8 that n lies in: a compile-time index.
+template <int kTok>
+struct ColumnScales {
+  static constexpr int kOwn = kTok / 32;
+  uint32_t byte[kOwn];
+  float inv[kOwn];
+  // amax_of(n): the block amax of column n. Columns from rows_left on (warp-uniform) are
+  // padding and skipped.
+  template <class AmaxOf>
+  __device__ __forceinline__ void compute(int rows_left, ScaleRule rule, AmaxOf&& amax_of) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < kOwn; ++i) {
+      byte[i] = 0;
+      inv[i] = 0.0f;
+      if (32 * i >= rows_left) continue;
+      const uint8_t sb = fmt::mx_scale_byte(amax_of(32 * i + lane), fmt::kE4m3Max, fmt::kE4m3Emax, rule);
+      byte[i] = sb;
+      inv[i] = fmt::mx_inv_scale(sb);
+    }
+  }
+  // Called by the whole warp (shuffles), for a column n of token block j, inside fully
+  // unrolled loops over j (the register index j / 4 must be known at compile time).
+  __device__ __forceinline__ uint8_t byte_of(int j, int n) const {
+    return static_cast<uint8_t>(__shfl_sync(0xffffffffu, byte[j / 4], n % 32));
+  }
+  __device__ __forceinline__ float inv_of(int j, int n) const {
+    return __shfl_sync(0xffffffffu, inv[j / 4], n % 32);
+  }
+};
+
 template <bool kFp8Inter, int kAct, int kTok>
 __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (&acc_g)[kTok / 2],
                                                    float (&acc_u)[kTok / 2], const PfTile& tile,
@@ -348,7 +383,12 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
     rotate_down<kStep>(acc_g);
     rotate_down<kStep>(acc_u);  // only its first slots are read: a shift would do, same cost
   }
-  if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
+  [[maybe_unused]] ColumnScales<kTok> scales;
+  if constexpr (kFp8Inter) {
+    named_barrier_sync(barrier, 128);
+    const float* s_amax_pair = s_amax + (wg * 4 + (warp ^ 1)) * kPfTokens;
+    scales.compute(rows_left, p.rule, [&](int n) { return fmaxf(s_amax_w[n], s_amax_pair[n]); });
+  }
   // Pass 2: quantize and store (a few instructions per value: unrolled).
 #pragma unroll
   for (int j = 0; j < kTok / 8; ++j) {
@@ -360,9 +400,8 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
       const bool valid = rg_ok && row < count;
       const int64_t grow = off + row;
       if constexpr (kFp8Inter) {
-        const float amax = fmaxf(s_amax_w[n], s_amax[(wg * 4 + (warp ^ 1)) * kPfTokens + n]);
-        const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
-        const float inv = fmt::mx_inv_scale(sb);
+        const uint8_t sb = scales.byte_of(j, n);
+        const float inv = scales.inv_of(j, n);
         if (valid) {
           uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg + 16 * half;
 #pragma unroll
@@ -465,6 +504,11 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
     rotate_down<kStep>(acc);
   }
   named_barrier_sync(barrier, 128);
+  ColumnScales<kPfTokens> scales;
+  const float* am4 = s_amax + wg * 4 * kPfTokens;
+  scales.compute(rows_left, p.rule, [&](int n) {
+    return fmaxf(fmaxf(am4[n], am4[kPfTokens + n]), fmaxf(am4[2 * kPfTokens + n], am4[3 * kPfTokens + n]));
+  });
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     if (8 * j >= rows_left) break;
@@ -472,12 +516,11 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
     for (int c = 0; c < 2; ++c) {
       const int n = 8 * j + 2 * t + c;
       const int row = tile.tt * kPfTokens + n;
+      const uint8_t sb = scales.byte_of(j, n);  // the whole warp: before the row check
+      const float inv = scales.inv_of(j, n);
       if (row >= count) continue;
-      const float* am4 = s_amax + wg * 4 * kPfTokens + n;
-      const float amax = fmaxf(fmaxf(am4[0], am4[kPfTokens]), fmaxf(am4[2 * kPfTokens], am4[3 * kPfTokens]));
-      const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
       const int64_t grow = off + row;
-      static_cast<uint8_t*>(p.inter)[grow * N + col] = fmt::float_to_e4m3(acc[4 * j + c] * fmt::mx_inv_scale(sb));
+      static_cast<uint8_t*>(p.inter)[grow * N + col] = fmt::float_to_e4m3(acc[4 * j + c] * inv);
       if (warp == 0 && g == 0) p.inter_scale[grow * kbN + rg] = sb;
     }
   }
@@ -510,7 +553,7 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
                                                    // loop takes the extra tiles
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
-                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+                  static_cast<unsigned>(generic_grid_z(tiles, p.prefill)));
   gemm1_act_kernel<NT, kFp8X, kFp8Inter><<<grid, kWarps * 32, 0, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_act_kernel");
 }

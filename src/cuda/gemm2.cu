@@ -300,7 +300,7 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
   const int64_t tiles = (p.tokens + BT - 1) / BT;
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
-                  static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 32)));
+                  static_cast<unsigned>(generic_grid_z(tiles, p.prefill)));
   gemm2_kernel<NT, kFp8><<<grid, kWarps * 32, 0, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm2_kernel");
 }
