@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
   extern __shared__ uint8_t pf_smem[];
   const PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
                                    static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
-  pf_run<true, kTok>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
+  pf_run<true, kTok, false>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
                                      const PfTile& tile, int wg, const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.

@@ -268,13 +268,15 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Par
 }
 
 template <int kTok>
-__global__ void __launch_bounds__(kPfThreads, 1) gemm2_prefill_kernel(const Gemm2Params p) {
+__global__ void __launch_bounds__(kPfThreads, 1)
+    gemm2_prefill_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap ib_map) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
   extern __shared__ uint8_t pf_smem[];
-  const PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
-                                   p.offsets, p.num_local);
-  pf_run<false, kTok>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
+  PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
+                             p.offsets, p.num_local);
+  o.b_map = &ib_map;
+  pf_run<false, kTok, kTok == kPfTokens>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
                                       const PfTile& tile, int wg, const PfRing& ring) {
     const float* s_back = ring.back + wg * kPfTokens;
     named_barrier_sync(1 + wg, 128);  // s_back (copied by the whole warpgroup) is complete
@@ -290,7 +292,11 @@ template <int kTok>
 void launch_prefill(const Gemm2Params& p, cudaStream_t stream) {
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel<kTok>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-  gemm2_prefill_kernel<kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  // The 128-token tile's B chunks go through the TMA engine (wgmma_mx.cuh pf_producer_tma);
+  // the smaller tiles keep the cp.async producer, which was faster for them.
+  const CUtensorMap ib_map =
+      kTok == kPfTokens ? staged_rows_map(p.ib, p.tokens * p.top_k, p.ib_stride, kTok) : CUtensorMap{};
+  gemm2_prefill_kernel<kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p, ib_map);
   MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
 }
 

@@ -174,6 +174,33 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
                : "memory");
 }
 
+/// Arms the current phase of `bar` with `bytes` of asynchronous copies to wait for and
+/// arrives (one of the barrier's expected arrivals).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+/// A bulk copy of `bytes` (a multiple of 16, both addresses 16-aligned) that completes on
+/// `bar`, whose phase must be armed for these bytes (mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_copy_g2s_tx(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                                 uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem_dst)),
+               "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+/// The TMA engine's copy of the box at element coordinates (x, y) of the 2-D tensor map
+/// `map` (a kernel parameter or global memory) to shared memory, completing on `bar`.
+/// With a swizzled map the swizzle follows the shared address bits, so a box placed at
+/// its row's offset inside a 1024-aligned tile lands as the whole tile would.
+__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_addr(smem_dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // ---------------------------------------------------------------- register budget
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -270,6 +297,45 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_
       "}\n"
       : MXMOE_WGMMA_ACC16(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "memory");
+}
+// The 128 accumulators of an m64n256 wgmma (wgmma_m64n256k16_rs; used by the
+// bench/wgmma_probe.cu shapes).
+#define MXMOE_WGMMA_R64_79 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define MXMOE_WGMMA_R80_95 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MXMOE_WGMMA_R96_111 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define MXMOE_WGMMA_R112_127 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MXMOE_WGMMA_ACC128_REGS                                                                      \
+  "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 ", " MXMOE_WGMMA_R32_47 ", " MXMOE_WGMMA_R48_63 ", " \
+  MXMOE_WGMMA_R64_79 ", " MXMOE_WGMMA_R80_95 ", " MXMOE_WGMMA_R96_111 ", " MXMOE_WGMMA_R112_127 "}, "
+#define MXMOE_WGMMA_ACC128(d)                                                                   \
+  MXMOE_WGMMA_ACC64(d), MXMOE_WGMMA_F8(d, 64), MXMOE_WGMMA_F8(d, 72), MXMOE_WGMMA_F8(d, 80),   \
+      MXMOE_WGMMA_F8(d, 88), MXMOE_WGMMA_F8(d, 96), MXMOE_WGMMA_F8(d, 104), MXMOE_WGMMA_F8(d, 112), \
+      MXMOE_WGMMA_F8(d, 120)
+/// D[64 x 256] += A[64 x 16] * B[16 x 256]: wgmma_m64n128k16_rs with 256 tokens (128
+/// accumulators per thread, j < 32 in the D layout above).
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      MXMOE_WGMMA_ACC128_REGS
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n"
+      "}\n"
+      : MXMOE_WGMMA_ACC128(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "memory");
+}
+/// D[64 x 128] += A[64 x 16] * B[16 x 128], both BF16 in shared memory (descriptors,
+/// K-major), accumulators as in wgmma_m64n128k16_rs (bench/wgmma_probe.cu's SS shape).
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      MXMOE_WGMMA_ACC64_REGS
+      "%64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : MXMOE_WGMMA_ACC64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(1)
       : "memory");
 }
 /// wgmma_m64n{32,64,128}k16_rs by the accumulator count.

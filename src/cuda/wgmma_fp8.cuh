@@ -12,12 +12,12 @@
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
 //   warpgroup 0 (producer): cp.async of each group's 128 weight rows and 128 token rows
 //     (128 bytes each, 128-byte swizzled: the wgmma K-major layout) and their scales into
-//     a ring of kPfStages stages, published on the stage's `full` mbarrier kF8Lag groups
+//     a ring of kF8Stages stages, published on the stage's `full` mbarrier kF8Lag groups
 //     later (cp.async groups complete in order).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
-// sequence (pf_tile) and the ring bookkeeping (PfCursor) are wgmma_mx.cuh's.
+// sequence (pf_tile) and the ring bookkeeping (RingCursor) are wgmma_mx.cuh's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,17 +38,19 @@ inline constexpr int kF8StageB = kF8Rows * kF8Group;           // 128 token rows
 inline constexpr int kF8StageSA = kF8StageB + kPfTokens * kF8Group;  // 128 f32 row scales
 inline constexpr int kF8StageSB = kF8StageSA + kF8Rows * 4;    // 128 f32 token scales
 inline constexpr int kF8StageBytes = 33 * 1024;                // stays 1024-aligned
+inline constexpr int kF8Stages = 6;                            // ring depth
+using F8Cursor = RingCursor<kF8Stages>;
 static_assert(kF8StageSB + kPfTokens * 4 <= kF8StageBytes, "stage overflow");
 inline constexpr int kF8AmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 /// Dynamic shared memory of one FP8 CTA (1 KB of slack to align the ring).
 inline constexpr int kF8SmemBytes =
-    1024 + kPfStages * kF8StageBytes + 2 * kPfStages * 8 + kF8AmaxFloats * 4;
+    1024 + kF8Stages * kF8StageBytes + 2 * kF8Stages * 8 + kF8AmaxFloats * 4;
 
 /// Groups the producer keeps in flight before publishing one (cp.async groups complete in
-/// order). Consumers hold a stage only while they use it, so up to kPfStages - 1 works;
+/// order). Consumers hold a stage only while they use it, so up to kF8Stages - 1 works;
 /// 4 was slower than 2 on the H200 (graph us, M=1024 / 4096: 3326 / 12718 vs 3268 / 12461).
 inline constexpr int kF8Lag = 2;
-static_assert(kF8Lag <= kPfStages - 1, "the producer would wait on a stage nobody can release");
+static_assert(kF8Lag <= kF8Stages - 1, "the producer would wait on a stage nobody can release");
 
 /// Registers per thread of the producer and of the consumers (setmaxnreg, f8_run).
 inline constexpr int kF8ProducerRegs = 104;
@@ -81,9 +83,9 @@ struct F8Operands {
 
 /// The ring in dynamic shared memory.
 struct F8Ring {
-  uint8_t* stages;   // [kPfStages][kF8StageBytes], 1024-aligned
-  uint64_t* full;    // [kPfStages]: 128 producer arrivals
-  uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
+  uint8_t* stages;   // [kF8Stages][kF8StageBytes], 1024-aligned
+  uint64_t* full;    // [kF8Stages]: 128 producer arrivals
+  uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
 };
 
@@ -92,11 +94,11 @@ struct F8Ring {
 __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   F8Ring r;  // aligned by pointer arithmetic, as pf_ring
   r.stages = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
-  r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kF8StageBytes);
-  r.empty = r.full + kPfStages;
-  r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
+  r.full = reinterpret_cast<uint64_t*>(r.stages + kF8Stages * kF8StageBytes);
+  r.empty = r.full + kF8Stages;
+  r.amax = reinterpret_cast<float*>(r.empty + kF8Stages);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kPfStages; ++s) {
+    for (int s = 0; s < kF8Stages; ++s) {
       mbar_init(&r.full[s], 128);
       mbar_init(&r.empty[s], 256);
     }
@@ -114,7 +116,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   const int rb_count = o.rb_count();
   const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
   uint32_t n = 0, published = 0;
-  PfCursor fill, pub;
+  F8Cursor fill, pub;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
     if (t.e < 0) break;
@@ -133,7 +135,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows + 4 * i;
     for (int kg = 0; kg < o.groups; ++kg) {
       const int s = fill.stage;
-      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
+      if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kF8StageBytes;
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
@@ -170,7 +172,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// [64 wg, 64 wg + 64) of the block x 128 tokens over all groups, in the layout of
 /// wgmma_m64n128k16_rs (warp w, lane (g, t): acc[4j + 2h + c] = row 16w + 8h + g, token
 /// 8j + 2t + c), every group's scales applied.
-__device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, PfCursor& cur,
+__device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int arow = 64 * wg + 16 * warp + g;  // this thread's first weight row in the block
@@ -229,7 +231,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     return;
   }
   setmaxnreg_inc<kF8ConsumerRegs>();
-  PfCursor cur;
+  F8Cursor cur;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
     if (tile.e < 0) break;

@@ -9,11 +9,14 @@
 // path. So every product is exact and only the fp32 summation order differs (SPEC §7).
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
-//   warpgroup 0 (producer, 56 registers): cp.async of each 64-K chunk into a ring of
-//     kPfStages shared stages: the tile's kTok token rows (B, BF16, 128-byte swizzled
-//     rows, the wgmma K-major layout; room for 128), the CTA's 4 x 64 tiled weight rows
-//     and their scale words. A stage is published on its `full` mbarrier once the copies
-//     have landed.
+//   warpgroup 0 (producer, 56 registers): each 64-K chunk into a ring of kPfStages shared
+//     stages: the tile's kTok token rows (B, BF16, 128-byte swizzled rows, the wgmma
+//     K-major layout; room for 128), the CTA's 4 x 64 tiled weight rows and their scale
+//     words. GEMM1 gathers its B rows by token: cp.async by all 128 threads, a stage
+//     published on its `full` mbarrier once the copies have landed (pf_producer). GEMM2's
+//     B rows are contiguous: one warp hands the chunk to the TMA engine (one tensor-map
+//     box for B, bulk copies for the weights), and `full` completes on the bytes
+//     (pf_producer_tma).
 //   warpgroups 1, 2 (consumers, 224 registers): each owns 2 of the 4 row groups and all
 //     kTok tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
 //     from shared memory into registers and issues one group of 8 wgmma m64nNk16 with
@@ -33,6 +36,7 @@
 // per chunk does not, so a small tile saves the tensor time of padding rows.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,7 +50,7 @@ namespace mxmoe::cuda_detail {
 
 inline constexpr int kPfTokens = 128;                          // largest token tile (wgmma N)
 inline constexpr int kPfRowGroups = 4;                         // 64-row groups per tile
-inline constexpr int kPfStages = 6;                            // ring depth
+inline constexpr int kPfStages = 8;                            // ring depth
 inline constexpr int kPfLag = 2;                               // producer chunks in flight
 inline constexpr int kPfThreads = 384;                         // 3 warpgroups
 inline constexpr int kPfStageB = kPfTokens * 128;              // 128 rows x 64 bf16
@@ -87,6 +91,10 @@ __device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, 
   return PfTile{};
 }
 
+/// The TMA tensor map of `count` staged BF16 rows `stride` elements apart (a multiple of
+/// 64): boxes of `box_rows` rows x 64 elements, 128-byte swizzle (tensor_map.cu).
+CUtensorMap staged_rows_map(const uint16_t* rows, int64_t count, int64_t stride, int box_rows);
+
 /// What the producer streams.
 struct PfOperands {
   const uint4* w = nullptr;          // tiled packed weights [E][RG][KC][4][32]
@@ -94,6 +102,7 @@ struct PfOperands {
   int rg_count = 0, kc_count = 0;
   const uint16_t* b = nullptr;       // staged BF16 rows, `b_stride` elements apart
   int64_t b_stride = 0;
+  const CUtensorMap* b_map = nullptr;  // the same rows as a tensor map (pf_producer_tma)
   const float* b_back = nullptr;     // range factor per B row
   const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
   int top_k = 1;                     // null: B row = routed row (GEMM2)
@@ -129,6 +138,21 @@ struct PfRing {
   float* back;       // [2][kPfTokens]: each consumer warpgroup's tile's range factors
 };
 
+/// A position in a ring of kStages stages: a chunk's stage and the parity of that stage's
+/// barriers on this lap, carried from chunk to chunk (no division by kStages in the loops).
+template <int kStages>
+struct RingCursor {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+using PfCursor = RingCursor<kPfStages>;
+
 #if defined(MXMOE_SM90A)
 
 __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
@@ -145,28 +169,17 @@ __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   return r;
 }
 
-__device__ __forceinline__ void pf_init_barriers(const PfRing& r) {
+/// `full_arrivals`: 128 for pf_producer, 1 for pf_producer_tma.
+__device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_arrivals) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPfStages; ++s) {
-      mbar_init(&r.full[s], 128);
+      mbar_init(&r.full[s], full_arrivals);
       mbar_init(&r.empty[s], 256);  // every consumer thread releases its own reads
     }
+    fence_mbarrier_init();  // the TMA engine (async proxy) completes on these barriers
   }
   __syncthreads();
 }
-
-/// A position in the ring: a chunk's stage and the parity of that stage's barriers on
-/// this lap, carried from chunk to chunk (no division by kPfStages in the loops).
-struct PfCursor {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ void advance() {
-    if (++stage == kPfStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
-  }
-};
 
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
 /// of token rows (i >> 3) + 16m (m < kTok / 16), weight words i + 128q (q < 4) and, for
@@ -239,6 +252,55 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   for (; published < n; ++published) {
     mbar_arrive(&ring.full[pub.stage]);
     pub.advance();
+  }
+}
+
+/// Producer for contiguous B rows (GEMM2), warp 0 of warpgroup 0 (the other three leave):
+/// per chunk, once the consumers have released the stage, lane 0 arms `full` with the
+/// chunk's bytes and copies the tile's kTok rows as one tensor-map box (`b_map`, boxes of
+/// kTok rows; rows past the expert's are the next expert's or, past the buffer, zeros:
+/// their accumulator columns are never stored), and lane q < groups copies row group q's
+/// 2 KB of weight words and 128 bytes of scale words (bulk copies). About 20 instructions
+/// per chunk, where pf_producer's cp.async issues ~190 per warp on the schedulers that the
+/// consumers use (GEMM2 at M=4096: 2.63 -> 2.51 ms). Used at the 128-token tile only: at
+/// 32 tokens it was slower (86 -> 109 us at M=32). A box per row, as GEMM1's gathered rows
+/// would need, was 4x slower: ~60 cycles per 128-byte box (PERFORMANCE.md, session 14).
+template <int kTok>
+__device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRing& ring) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  const int rb_count = o.rb_count();
+  const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
+  uint32_t n = 0;  // chunks filled
+  PfCursor fill;
+  for (int ti = blockIdx.x;; ti += gridDim.x) {
+    const PfTile t = pf_tile<kTok>(o.counts, o.num_local, rb_count, ti);
+    if (t.e < 0) break;
+    const int row0 = o.offsets[t.e] + t.tt * kTok;
+    const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
+    const int groups = min(kPfRowGroups, o.rg_count - t.rb * kPfRowGroups);  // in range
+    const int q = min(lane, groups - 1);  // lanes < groups copy row group q
+    const uint4* w_src = o.w + (group0 + q) * w_group;
+    const uint4* s_src = o.ws + (group0 + q) * o.kc_count * 8;
+    const uint32_t bytes = kTok * 128 + groups * (2048u + 128u);
+    for (int kc = 0; kc < o.kc_count; ++kc) {
+      const int s = fill.stage;
+      // From the second lap on, the consumers' release of this stage's previous chunk.
+      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
+      uint8_t* st = ring.stages + s * kPfStageBytes;
+      uint64_t* bar = &ring.full[s];
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, bytes);
+        tma_load_2d(st, o.b_map, kc * 64, row0, bar);
+      }
+      __syncwarp();  // the barrier is armed before any of the chunk's bytes can land
+      if (lane < groups) {
+        bulk_copy_g2s_tx(st + kPfStageB + q * 2048, w_src + kc * 128, 2048, bar);
+        bulk_copy_g2s_tx(st + kPfStageB + kPfStageW + q * 128, s_src + kc * 8, 128, bar);
+      }
+      ++n;
+      fill.advance();
+    }
   }
 }
 
@@ -333,17 +395,19 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   if (i < kTok) ring.back[wg * kPfTokens + i] = back;
 }
 
-/// Body of both prefill kernels: the ring, the producer warpgroup, and the consumers'
-/// tile loop, which hands each tile's accumulators to
-/// `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer warpgroup 0 or 1).
-template <bool kGated, int kTok, class Epilogue>
+/// Body of both prefill kernels: the ring, the producer warpgroup (the TMA producer when
+/// kTmaB: B rows contiguous, o.b_map set), and the consumers' tile loop, which hands each
+/// tile's accumulators to `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer
+/// warpgroup 0 or 1).
+template <bool kGated, int kTok, bool kTmaB, class Epilogue>
 __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const PfRing ring = pf_ring(dyn_smem);
-  pf_init_barriers(ring);
+  pf_init_barriers(ring, kTmaB ? 1u : 128u);
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     setmaxnreg_dec<56>();
-    pf_producer<kTok>(o, ring);
+    if constexpr (kTmaB) pf_producer_tma<kTok>(o, ring);
+    else pf_producer<kTok>(o, ring);
     return;
   }
   setmaxnreg_inc<224>();

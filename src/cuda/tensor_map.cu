@@ -1,0 +1,48 @@
+// tensor_map.cu — TMA tensor maps for the prefill path's staged BF16 rows (wgmma_mx.cuh).
+// The encoder is a driver entry point, looked up through the runtime once, so the library
+// still links only against the CUDA runtime.
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "common.cuh"
+#include "wgmma_mx.cuh"
+
+namespace mxmoe::cuda_detail {
+
+namespace {
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    MXMOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                      cudaEnableDefault, &q));
+    if (q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (fn == nullptr) throw CudaError("cuTensorMapEncodeTiled is not available from the driver");
+  return fn;
+}
+}  // namespace
+
+CUtensorMap staged_rows_map(const uint16_t* rows, int64_t count, int64_t stride, int box_rows) {
+  MXMOE_CHECK_ARG(rows != nullptr && count > 0 && count < (int64_t{1} << 31) && stride % 64 == 0 &&
+                      stride > 0 && stride < (int64_t{1} << 31) && box_rows >= 1 && box_rows <= 256,
+                  "staged rows", "need a buffer, 1 .. 2^31 - 1 rows, a stride that is a "
+                  "positive multiple of 64 and boxes of 1 .. 256 rows (got ", count, " rows, stride ",
+                  stride, ", box ", box_rows, ")");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(stride), static_cast<cuuint64_t>(count)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};  // 64 elements = 128 bytes
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(rows), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw CudaError(detail::cat("cuTensorMapEncodeTiled failed: CUresult ", static_cast<int>(r)));
+  return map;
+}
+
+}  // namespace mxmoe::cuda_detail
