@@ -132,7 +132,7 @@ __device__ __forceinline__ int64_t pf_b_row(const PfOperands& o, int64_t grow) {
 /// The ring in dynamic shared memory.
 struct PfRing {
   uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
-  uint64_t* full;    // [kPfStages]: 128 producer arrivals
+  uint64_t* full;    // [kPfStages]: 128 arrivals (pf_producer) or 1 and the bytes (pf_producer_tma)
   uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
   float* back;       // [2][kPfTokens]: each consumer warpgroup's tile's range factors
@@ -188,7 +188,9 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_
 /// Every source is a base set up once per tile plus the chunk's offset, without selects
 /// (rows past the expert's read row 0 with source size 0): the producer warp shares its
 /// scheduler with two consumer warps, and the per-chunk arithmetic of the earlier form
-/// (offset or -1, select, multiply) came to ~245 instructions per chunk.
+/// (offset or -1, select, multiply) came to ~245 instructions per chunk. The weight and
+/// scale words as bulk copies instead (B rows staying on cp.async) were slower: GEMM1
+/// 6.08 -> 6.26 ms at M=4096, 205 -> 257 us at M=32 (PERFORMANCE.md, session 14).
 template <int kTok>
 __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
   constexpr int kRows = kTok / 16;  // token rows per thread
