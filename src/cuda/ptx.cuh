@@ -151,6 +151,21 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+/// Shared-memory loads from a 32-bit shared address, ordered after earlier volatile asm
+/// (barrier waits) like the memory accesses they stand for.
+__device__ __forceinline__ uint4 lds_u4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 /// Orders this thread's generic-proxy shared-memory writes (completed cp.async copies)
 /// before later async-proxy reads (wgmma operands) that are released through a barrier.
 __device__ __forceinline__ void fence_proxy_async_shared() {

@@ -343,21 +343,29 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   const int qb = kGated ? qa : 2 * wg + 1;
   const int mta = kGated ? (warp & 1) : warp;
   const int mtb = kGated ? 2 + (warp & 1) : warp;
-  const int woff_a = kPfStageB + ((qa * 4 + mta) * 32 + lane) * 16;
-  const int woff_b = kPfStageB + ((qb * 4 + mtb) * 32 + lane) * 16;
-  const int soff_a = kPfStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
-  const int soff_b = kPfStageB + kPfStageW + ((qb * 8 + g) * 4 + mtb) * 4;
+  // This thread's weight and scale words of tile a in stage 0, as shared addresses; tile
+  // b's lie a constant further (GEMM1: m16 tile + 2; GEMM2: row group + 1). The empty asm
+  // in the loop hides where the two come from, so the compiler keeps them in registers
+  // instead of recomputing them from threadIdx every chunk (~20 instructions).
+  uint32_t w_addr = smem_addr(ring.stages) + kPfStageB + ((qa * 4 + mta) * 32 + lane) * 16;
+  uint32_t s_addr = smem_addr(ring.stages) + kPfStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
+  constexpr uint32_t kWordsB = kGated ? 2 * 32 * 16 : 4 * 32 * 16;
+  constexpr uint32_t kScalesB = kGated ? 2 * 4 : 8 * 4 * 4;
+  (void)qb;
+  (void)mtb;
 #pragma unroll
   for (int j = 0; j < kTok / 2; ++j) acc_a[j] = acc_b[j] = 0.0f;
   int prev = 0;  // stage of the previous chunk
   for (int kc = 0; kc < kc_count; ++kc) {
     const int s = cur.stage;
+    asm volatile("" : "+r"(w_addr), "+r"(s_addr));
     mbar_wait(&ring.full[s], cur.phase);
     const uint8_t* st = ring.stages + s * kPfStageBytes;
-    const uint4 wa = *reinterpret_cast<const uint4*>(st + woff_a);
-    const uint4 wb = *reinterpret_cast<const uint4*>(st + woff_b);
-    const uint32_t sa = *reinterpret_cast<const uint32_t*>(st + soff_a);
-    const uint32_t sb = *reinterpret_cast<const uint32_t*>(st + soff_b);
+    const uint32_t so = static_cast<uint32_t>(s) * kPfStageBytes;
+    const uint4 wa = lds_u4(w_addr + so);
+    const uint4 wb = lds_u4(w_addr + so + kWordsB);
+    const uint32_t sa = lds_u32(s_addr + so);
+    const uint32_t sb = lds_u32(s_addr + so + kScalesB);
     const uint64_t desc = smem_desc_k128(st);
     // One wgmma group per chunk (8 wgmmas, 512 tensor cycles of this warpgroup): the
     // other consumer warpgroup's group runs while this one waits, releases and decodes,
