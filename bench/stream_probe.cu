@@ -21,21 +21,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "probe_check.h"
 #include "ptx.cuh"
 
 namespace {
 using namespace mxmoe::cuda_detail;
-
-// The library's MXMOE_CUDA_CHECK throws through throw_cuda in libmxmoe; this probe builds
-// alone with nvcc (no library), so it reports and exits.
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 constexpr int kExperts = 16, kRowGroups = 96, kChunks = 56, kWarps = 4;
 constexpr int kChunkU4 = 128;  // 2 KB: one warp's 64-K chunk of 4 row tiles

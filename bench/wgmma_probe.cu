@@ -13,7 +13,7 @@
 //   rs256-dec   the same with the decode (4 words per chunk: half today's per FLOP)
 //
 // Build (development machine) and run (H200):
-//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc/cuda \
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc/cuda -Iinclude \
 //        bench/wgmma_probe.cu -o build-gpu/wgmma_probe
 //   build-gpu/wgmma_probe
 // Prints one line per variant: median us over 9 runs, TFLOP/s and the fraction of the
@@ -26,20 +26,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "mx_mma.cuh"
+#include "probe_check.h"
 #include "ptx.cuh"
+#include "wgmma_mx.cuh"  // pf_chunk_frags, pf_chunk_mma: the mainloop's decode and MMAs
 
 namespace {
 using namespace mxmoe::cuda_detail;
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 enum Variant { kRs128, kRs128Dec, kSs128NoWait, kSs128, kRs256, kRs256Dec };
 constexpr const char* kNames[] = {"rs128", "rs128-dec", "ss128-nowait", "ss128", "rs256", "rs256-dec"};
@@ -94,14 +86,9 @@ __global__ void __launch_bounds__(384, 1) probe_kernel(float* out) {
       const uint32_t s = *scales;
       wgmma_wait<0>();
       if constexpr (kVar == kRs256Dec) {
-        uint32_t r0[4], r1[4];
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          fp4x8_to_bf16_scaled(b ? w.z : w.x, (s >> (16 * b)) & 0xFFu, r0);
-          fp4x8_to_bf16_scaled(b ? w.w : w.y, (s >> (16 * b + 8)) & 0xFFu, r1);
-          fa[b][0][0] = r0[0]; fa[b][0][1] = r1[0]; fa[b][0][2] = r0[1]; fa[b][0][3] = r1[1];
-          fa[b][1][0] = r0[2]; fa[b][1][1] = r1[2]; fa[b][1][2] = r0[3]; fa[b][1][3] = r1[3];
-        }
+        for (int b = 0; b < 2; ++b)
+          pf_a_frags(b ? w.z : w.x, b ? w.w : w.y, (s >> (16 * b)) & 0xFFu, (s >> (16 * b + 8)) & 0xFFu, fa[b]);
       }
       wgmma_fence();
 #pragma unroll
@@ -141,34 +128,18 @@ __global__ void __launch_bounds__(384, 1) probe_kernel(float* out) {
         wgmma_wait<0>();
       }
       if constexpr (kVar == kRs128Dec) {
-        uint32_t r0[4], r1[4];
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          fp4x8_to_bf16_scaled(b ? wa.z : wa.x, (s >> (16 * b)) & 0xFFu, r0);
-          fp4x8_to_bf16_scaled(b ? wa.w : wa.y, (s >> (16 * b + 8)) & 0xFFu, r1);
-          fa[b][0][0] = r0[0]; fa[b][0][1] = r1[0]; fa[b][0][2] = r0[1]; fa[b][0][3] = r1[1];
-          fa[b][1][0] = r0[2]; fa[b][1][1] = r1[2]; fa[b][1][2] = r0[3]; fa[b][1][3] = r1[3];
-          fp4x8_to_bf16_scaled(b ? wb.z : wb.x, (s >> (16 * b + 4)) & 0xFFu, r0);
-          fp4x8_to_bf16_scaled(b ? wb.w : wb.y, (s >> (16 * b + 12)) & 0xFFu, r1);
-          fb[b][0][0] = r0[0]; fb[b][0][1] = r1[0]; fb[b][0][2] = r0[1]; fb[b][0][3] = r1[1];
-          fb[b][1][0] = r0[2]; fb[b][1][1] = r1[2]; fb[b][1][2] = r0[3]; fb[b][1][3] = r1[3];
-        }
+        pf_chunk_frags(wa, s, wb, s >> 4, fa, fb);
       }
       wgmma_fence();
+      if constexpr (kVar == kSs128 || kVar == kSs128NoWait) {
 #pragma unroll
-      for (int b = 0; b < 2; ++b)
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const uint64_t d = desc_b + static_cast<uint64_t>(((2 * b + k) * 32) >> 4);
-          if constexpr (kVar == kSs128 || kVar == kSs128NoWait) {
-            const uint64_t da = static_cast<uint64_t>(((2 * b + k) * 32) >> 4);
-            wgmma_m64n128k16_ss(acc_a, desc_a0 + da, d);
-            wgmma_m64n128k16_ss(acc_b, desc_a1 + da, d);
-          } else {
-            wgmma_m64n128k16_rs(acc_a, fa[b][k], d);
-            wgmma_m64n128k16_rs(acc_b, fb[b][k], d);
-          }
+        for (int k = 0; k < 4; ++k) {  // 4 k16 steps, 32 bytes apart in both tiles
+          wgmma_m64n128k16_ss(acc_a, desc_a0 + 2 * k, desc_b + 2 * k);
+          wgmma_m64n128k16_ss(acc_b, desc_a1 + 2 * k, desc_b + 2 * k);
         }
+      } else {
+        pf_chunk_mma(acc_a, acc_b, fa, fb, desc_b);
+      }
       wgmma_commit();
     }
     wgmma_wait<0>();

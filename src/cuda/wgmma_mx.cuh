@@ -318,6 +318,33 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
   frag[1][0] = r0[2]; frag[1][1] = r1[2]; frag[1][2] = r0[3]; frag[1][3] = r1[3];
 }
 
+/// The A fragments of a 64-K chunk for the two m16 tiles a and b: tiled words w (x, y:
+/// MX block 0's rows g and g + 8; z, w: block 1's) and their scale bytes s (byte 2k + h:
+/// block k, row g + 8h), as frag[block][k16]; the two tiles' decodes interleaved.
+__device__ __forceinline__ void pf_chunk_frags(const uint4& wa, uint32_t sa, const uint4& wb, uint32_t sb,
+                                               uint32_t (&fa)[2][2][4], uint32_t (&fb)[2][2][4]) {
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu, (sa >> (16 * b + 8)) & 0xFFu, fa[b]);
+    pf_a_frags(b ? wb.z : wb.x, b ? wb.w : wb.y, (sb >> (16 * b)) & 0xFFu, (sb >> (16 * b + 8)) & 0xFFu, fb[b]);
+  }
+}
+
+/// One chunk's 8 wgmmas: both accumulators over the chunk's 4 k16 steps of the B tile at
+/// descriptor `desc` (a k16 step moves the start by 32 bytes).
+template <int kN>
+__device__ __forceinline__ void pf_chunk_mma(float (&acc_a)[kN], float (&acc_b)[kN], const uint32_t (&fa)[2][2][4],
+                                             const uint32_t (&fb)[2][2][4], uint64_t desc) {
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+#pragma unroll
+    for (int k16 = 0; k16 < 2; ++k16) {
+      const uint64_t d = desc + static_cast<uint64_t>(((2 * b + k16) * 32) >> 4);
+      wgmma_rs(acc_a, fa[b][k16], d);
+      wgmma_rs(acc_b, fb[b][k16], d);
+    }
+}
+
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
 /// tiles x kTok tokens (kTok / 2 accumulators each) over all of K. kGated (GEMM1): both
 /// tiles in row group 2wg + w/2, gate rows (m16 tile w % 2) in acc_a and the up rows of
@@ -378,22 +405,9 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     wgmma_wait<0>();
     if (kc > 0) mbar_arrive(&ring.empty[prev]);
     uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu,
-                 (sa >> (16 * b + 8)) & 0xFFu, fa[b]);
-      pf_a_frags(b ? wb.z : wb.x, b ? wb.w : wb.y, (sb >> (16 * b)) & 0xFFu,
-                 (sb >> (16 * b + 8)) & 0xFFu, fb[b]);
-    }
+    pf_chunk_frags(wa, sa, wb, sb, fa, fb);
     wgmma_fence();
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int k16 = 0; k16 < 2; ++k16) {
-        const uint64_t d = desc + static_cast<uint64_t>(((2 * b + k16) * 32) >> 4);
-        wgmma_rs(acc_a, fa[b][k16], d);
-        wgmma_rs(acc_b, fb[b][k16], d);
-      }
+    pf_chunk_mma(acc_a, acc_b, fa, fb, desc);
     wgmma_commit();
     prev = s;
     cur.advance();
