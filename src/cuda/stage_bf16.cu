@@ -19,6 +19,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
+#include "mx_mma.cuh"
 #include "mxmoe/formats.h"
 
 namespace mxmoe::cuda_detail {
@@ -53,18 +54,17 @@ __device__ __forceinline__ void e4m3_block_checked(const uint32_t (&words)[8], f
 
 /// The same for a block whose smallest nonzero value, 2^-9 * s, is a normal float: every
 /// product is then exact in float and in BF16 (3 significant bits), so the BF16 is the
-/// float's upper half. The codes go through the hardware E4M3 -> f16 conversion (exact);
-/// NaN codes give NaN, and the multiply's NaN is the same canonical one as the checked
-/// path's, so both give the same bits.
+/// float's upper half. The codes go through the hardware E4M3 -> f16 conversion
+/// (e4m3x2_to_f16x2, exact); NaN codes give NaN, and the multiply's NaN is the same
+/// canonical one as the checked path's, so both give the same bits.
 __device__ __forceinline__ void e4m3_block_fast(const uint32_t (&words)[8], float s, uint16_t (&in)[32]) {
 #pragma unroll
   for (int w = 0; w < 8; ++w) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __half2_raw pair = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)), __NV_E4M3);
-      const float lo = __half2float(__ushort_as_half(pair.x)) * s;
-      const float hi = __half2float(__ushort_as_half(pair.y)) * s;
+      const uint32_t pair = e4m3x2_to_f16x2(words[w] >> (16 * h));
+      const float lo = __half2float(__ushort_as_half(static_cast<uint16_t>(pair))) * s;
+      const float hi = __half2float(__ushort_as_half(static_cast<uint16_t>(pair >> 16))) * s;
       in[4 * w + 2 * h] = static_cast<uint16_t>(__float_as_uint(lo) >> 16);
       in[4 * w + 2 * h + 1] = static_cast<uint16_t>(__float_as_uint(hi) >> 16);
     }
