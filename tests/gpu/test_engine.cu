@@ -1346,8 +1346,6 @@ StagedRow stage_row_model(const uint8_t* codes, const uint8_t* scale, const uint
   return r;
 }
 
-bool bf16_is_nan(uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0; }
-
 // stage_bf16 against stage_row_model: MXFP8 rows with scales that take the fast path and
 // the checked one (tiny scales: values under 2^-126, flagged), rows whose scales need a
 // range factor (D > 0), NaN codes and NaN scales, all-zero blocks; BF16 rows; a row
@@ -1416,8 +1414,9 @@ TEST(StageBf16, BitExactAgainstScalarModel) {
       EXPECT_EQ(fbits(back[r]), fbits(want.back)) << "row " << r;
       for (int64_t i = 0; i < c.stride; ++i) {
         const uint16_t g = got[r * c.stride + i], w = want.bf16[i];
-        const bool same = bf16_is_nan(w) ? bf16_is_nan(g) : g == w;
-        nans += bf16_is_nan(w);
+        const bool w_nan = fmt::is_nan(fmt::bf16_to_float(w));
+        const bool same = w_nan ? fmt::is_nan(fmt::bf16_to_float(g)) : g == w;
+        nans += w_nan;
         if (!same && ++bad <= 5)
           ADD_FAILURE() << "row " << r << " position " << i << ": got 0x" << std::hex << g << " want 0x" << w;
       }
