@@ -119,7 +119,9 @@ struct WorkspaceLayout {
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
   // prefill path (tokens >= kPrefillMinTokens; in FP8 mode below kFp8PrefillMinTokens only;
   // empty otherwise)
-  size_t inexact = 0;      // u32 kInexactX | kInexactInter
+  size_t inexact = 0;      // u32 kInexactX | kInexactInter, then u32 [kPfSplitTiles]
+                           // split-tile counters (one memset clears both; heuristics.h)
+  size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate
@@ -204,6 +206,8 @@ struct Gemm1Params {
   int64_t xb_stride = 0;
   const float* xb_back = nullptr;
   const uint32_t* inexact = nullptr;
+  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
+  uint32_t* split_count = nullptr;
   /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per
   /// 128 of K (stage_fp8.cu), FP8 wgmma (wgmma_fp8.cuh). Takes precedence over `prefill`.
   bool fp8 = false;
@@ -242,6 +246,8 @@ struct Gemm2Params {
   int64_t ib_stride = 0;
   const float* ib_back = nullptr;
   const uint32_t* inexact = nullptr;
+  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
+  uint32_t* split_count = nullptr;
   /// FP8 mode: as Gemm1Params::fp8, the intermediate re-expressed.
   bool fp8 = false;
   Fp8MatView w2f8;

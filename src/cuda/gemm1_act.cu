@@ -424,8 +424,10 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
   extern __shared__ uint8_t pf_smem[];
-  const PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
-                                   static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
+  PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
+                             static_cast<int>(p.top_k), p.counts, p.offsets, p.num_local);
+  o.split_acc = p.split_acc;
+  o.split_count = p.split_count;
   pf_run<true, kTok, false>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
                                      const PfTile& tile, int wg, const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the

@@ -276,6 +276,8 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
                              p.offsets, p.num_local);
   o.b_map = &ib_map;
+  o.split_acc = p.split_acc;
+  o.split_count = p.split_count;
   pf_run<false, kTok, kTok == kPfTokens>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
                                       const PfTile& tile, int wg, const PfRing& ring) {
     const float* s_back = ring.back + wg * kPfTokens;

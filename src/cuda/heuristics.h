@@ -11,8 +11,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+
+#include "mxmoe/formats.h"  // MXMOE_HD
 
 namespace mxmoe::cuda_detail {
 
@@ -175,6 +178,32 @@ inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
   return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : 128;
 }
+/// Split last wave of the exact prefill path (wgmma_mx.cuh pf_plan): when a launch's
+/// tiles leave a last wave of rem <= G / 2 tiles on its G CTAs, each of those tiles is
+/// cut into `parts` K ranges of at least kPfMinSplitChunks chunks, run by rem x parts
+/// CTAs, and the last part of a tile to finish adds the others' partial sums in part
+/// order (deterministic) before the epilogue. Kimi GEMM1 at M = 16..128: 672 tiles and
+/// more on 132 SMs, where the last few tiles took a sixth of the kernel. The partial sums
+/// live in kPfSplitBytes of the workspace (128 parts of the 128-token tile, 512 of the
+/// 32-token one), with one counter per split tile (kPfSplitTiles at most).
+inline constexpr size_t kPfSplitBytes = size_t{16} << 20;
+inline constexpr int kPfSplitTiles = 256;
+inline constexpr int kPfMinSplitChunks = 4;
+/// Parts per split tile for `tiles` tiles of `tok` tokens on `ctas` CTAs, K in `kc_count`
+/// 64-K chunks (1: no split). Host and device: the tests check that their cases split.
+/// Measured on the H200 (session 15, graph, same run): M=16 280 -> 265 us, M=32 293 ->
+/// 277, M=128 547 -> 524. A stream-K form (CTA ranges across tile edges) was slower in
+/// GEMM2 (PERFORMANCE.md, session 15).
+MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
+  const int rem = tiles % ctas;
+  if (rem == 0 || rem > kPfSplitTiles) return 1;
+  const int capacity = static_cast<int>(kPfSplitBytes / (256 * sizeof(float) * tok)) / rem;
+  int parts = ctas / rem;
+  parts = parts < kc_count / kPfMinSplitChunks ? parts : kc_count / kPfMinSplitChunks;
+  parts = parts < capacity ? parts : capacity;
+  return parts < 2 ? 1 : parts;
+}
+
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
 /// kFp8PrefillMinTokens on; below it the exact paths run (use_prefill).
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {

@@ -295,7 +295,8 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.if8_scale = take(pairs * Ng * 4);
   } else if (use_prefill(tokens, true)) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
-    l.inexact = take(sizeof(uint32_t));
+    l.inexact = take(sizeof(uint32_t) * (1 + kPfSplitTiles));
+    l.split_acc = take(kPfSplitBytes);
     l.xb = take(M * Kp * 2);
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
@@ -609,7 +610,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     launch_stage_fp8(fx, st);
   }
   if (prefill) {
-    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t), st));
+    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t) * (1 + kPfSplitTiles), st));
     sx = StageBf16Params{.src = x, .scale = xs, .fp8 = x_fp8, .rows = M, .cols = K,
                          .stride = s.d13.kc * kKChunk,
                          .dst = reinterpret_cast<uint16_t*>(ws + L.xb),
@@ -648,6 +649,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.xb_stride = sx.stride;
     g1.xb_back = sx.back;
     g1.inexact = inexact;
+    g1.split_acc = reinterpret_cast<float*>(ws + L.split_acc);
+    g1.split_count = inexact + 1;
   }
   if (fp8) {
     g1.fp8 = true;
@@ -696,6 +699,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.ib_stride = si.stride;
     g2.ib_back = si.back;
     g2.inexact = inexact;
+    g2.split_acc = g1.split_acc;  // GEMM1's last parts left every counter at zero
+    g2.split_count = g1.split_count;
   }
   if (fp8) {
     const StageFp8Params fi{.src = static_cast<const uint8_t*>(g1.inter), .scale = g1.inter_scale,

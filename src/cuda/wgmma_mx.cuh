@@ -30,7 +30,8 @@
 //
 // Tiles: per expert, ceil(rows / kTok) token tiles x ceil(RG / 4) row blocks, row block
 // fastest so that the CTAs running at once share one token tile and one expert's weights
-// in L2. Every role walks the same tile sequence (pf_tile). The token tile kTok is 128,
+// in L2. Every role walks the same tile sequence (pf_tile), as items of a plan (pf_plan)
+// in which the tiles of a short last wave are split along K. The token tile kTok is 128,
 // or 64 / 32 where experts hold few rows (heuristics.h prefill_token_tile): the wgmma
 // N, the B rows copied and the epilogue's token blocks shrink with it, the weight decode
 // per chunk does not, so a small tile saves the tensor time of padding rows.
@@ -62,7 +63,9 @@ static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 /// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
 inline constexpr int kPfSmemBytes =
-    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4;
+    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4 + 16;
+
+inline constexpr uint32_t kPfSplitBarrier = 3;  // named barrier of the 256 consumer threads
 
 /// Calls f(std::integral_constant<int, kTok>{}) for a token tile `tile` of 32, 64 or 128
 /// (prefill_tile_tokens): the one place where the tile sizes meet the kernels'
@@ -109,6 +112,8 @@ struct PfOperands {
   const int32_t* counts = nullptr;
   const int32_t* offsets = nullptr;
   int num_local = 0;
+  float* split_acc = nullptr;        // kPfSplitBytes of partial sums, or null: no split
+  uint32_t* split_count = nullptr;   // [kPfSplitTiles], zero at launch
   __device__ int rb_count() const { return (rg_count + kPfRowGroups - 1) / kPfRowGroups; }
 };
 
@@ -129,6 +134,56 @@ __device__ __forceinline__ int64_t pf_b_row(const PfOperands& o, int64_t grow) {
   return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
 }
 
+/// The work of one launch, the same for every role (computed from the device counts):
+/// `tiles` tiles in pf_tile's sequence, items 0, 1, ... of which go to the G CTAs in turn.
+/// Items 0 .. whole - 1 are tiles 0 .. whole - 1. When the tiles leave a last wave of
+/// rem = tiles - whole <= G / 2 tiles (heuristics.h pf_split_parts), each of those is cut
+/// into `parts` K ranges, one item each, so that rem x parts CTAs finish the last wave in
+/// 1 / parts of a tile instead of rem CTAs in a whole one (GEMM1 at M = 16..128 on Kimi
+/// shapes: 672 tiles on 132 SMs, 5.09 waves). The last part of a tile to finish adds the
+/// others' partial sums in (pf_split_fixup).
+struct PfPlan {
+  int tiles = 0, whole = 0, parts = 1;
+};
+template <int kTok>
+__device__ __forceinline__ PfPlan pf_plan(const PfOperands& o) {
+  const int rb_count = o.rb_count();
+  int tiles = 0;
+  for (int e = 0; e < o.num_local; ++e) tiles += (o.counts[e] + kTok - 1) / kTok * rb_count;
+  PfPlan plan{tiles, tiles, 1};
+  const int parts = o.split_acc != nullptr ? pf_split_parts(tiles, gridDim.x, o.kc_count, kTok) : 1;
+  if (parts > 1) {
+    plan.whole = tiles - tiles % static_cast<int>(gridDim.x);
+    plan.parts = parts;
+  }
+  return plan;
+}
+
+/// One item of the plan: its tile (e = -1 past the end), its K chunks [kc_begin, kc_end),
+/// and for a part of a split tile the tile's index among them (`slot`, else -1) and its
+/// `part`.
+struct PfWork {
+  PfTile tile;
+  int kc_begin = 0, kc_end = 0, slot = -1, part = 0;
+};
+template <int kTok>
+__device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& plan, int item) {
+  PfWork w;
+  int ti = item;
+  w.kc_end = o.kc_count;
+  if (item >= plan.whole) {
+    const int k = item - plan.whole;
+    ti = plan.whole + k / plan.parts;
+    if (ti >= plan.tiles) return w;
+    w.slot = ti - plan.whole;
+    w.part = k % plan.parts;
+    w.kc_begin = w.part * o.kc_count / plan.parts;
+    w.kc_end = (w.part + 1) * o.kc_count / plan.parts;
+  }
+  w.tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti);
+  return w;
+}
+
 /// The ring in dynamic shared memory.
 struct PfRing {
   uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
@@ -136,6 +191,7 @@ struct PfRing {
   uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
   float* back;       // [2][kPfTokens]: each consumer warpgroup's tile's range factors
+  uint32_t* arrived; // a split tile's parts counted before this one (pf_split_fixup)
 };
 
 /// A position in a ring of kStages stages: a chunk's stage and the parity of that stage's
@@ -166,6 +222,7 @@ __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   r.empty = r.full + kPfStages;
   r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
   r.back = r.amax + kPfAmaxFloats;
+  r.arrived = reinterpret_cast<uint32_t*>(r.back + 2 * kPfTokens);
   return r;
 }
 
@@ -196,7 +253,6 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   constexpr int kRows = kTok / 16;  // token rows per thread
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
-  const int rb_count = o.rb_count();
   // Destinations inside a stage: B row r0 + 16m at b_dst + 2048m (the swizzle's r & 7 is
   // r0 & 7 for every m), weight words at w_dst + 2048q, scale words at s_dst.
   const int b_dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
@@ -205,8 +261,10 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile t = pf_tile<kTok>(o.counts, o.num_local, rb_count, ti);
+  const PfPlan plan = pf_plan<kTok>(o);
+  for (int item = blockIdx.x;; item += gridDim.x) {
+    const PfWork work = pf_work<kTok>(o, plan, item);
+    const PfTile& t = work.tile;
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
     // Chunk 0 of row r0 + 16m's piece, or (bit m of `live` clear: past the expert's
@@ -225,7 +283,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     const uint4* w_src = o.w + group0 * w_group + i;  // row group q at + q * w_group
     const uint4* s_src = o.ws + (group0 + (i >> 3)) * o.kc_count * 8 + (i & 7);
     const bool s_copy = i < 32 && (i >> 3) < groups;
-    for (int kc = 0; kc < o.kc_count; ++kc) {
+    for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
@@ -271,12 +329,13 @@ template <int kTok>
 __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRing& ring) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
-  const int rb_count = o.rb_count();
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0;  // chunks filled
   PfCursor fill;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile t = pf_tile<kTok>(o.counts, o.num_local, rb_count, ti);
+  const PfPlan plan = pf_plan<kTok>(o);
+  for (int item = blockIdx.x;; item += gridDim.x) {
+    const PfWork work = pf_work<kTok>(o, plan, item);
+    const PfTile& t = work.tile;
     if (t.e < 0) break;
     const int row0 = o.offsets[t.e] + t.tt * kTok;
     const int64_t group0 = static_cast<int64_t>(t.e) * o.rg_count + t.rb * kPfRowGroups;
@@ -285,7 +344,7 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
     const uint4* w_src = o.w + (group0 + q) * w_group;
     const uint4* s_src = o.ws + (group0 + q) * o.kc_count * 8;
     const uint32_t bytes = kTok * 128 + groups * (2048u + 128u);
-    for (int kc = 0; kc < o.kc_count; ++kc) {
+    for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
@@ -345,10 +404,11 @@ __device__ __forceinline__ void pf_chunk_mma(float (&acc_a)[kN], float (&acc_b)[
     }
 }
 
-/// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
-/// tiles x kTok tokens (kTok / 2 accumulators each) over all of K. kGated (GEMM1): both
-/// tiles in row group 2wg + w/2, gate rows (m16 tile w % 2) in acc_a and the up rows of
-/// the same columns (tile 2 + w % 2) in acc_b, so the activation needs no exchange.
+/// Consumer mainloop of one item for warpgroup `wg` (0, 1): acc_a / acc_b = its two m64
+/// tiles x kTok tokens (kTok / 2 accumulators each) over the item's K chunks. kGated
+/// (GEMM1): both tiles in row group 2wg + w/2, gate rows (m16 tile w % 2) in acc_a and
+/// the up rows of the same columns (tile 2 + w % 2) in acc_b, so the activation needs no
+/// exchange.
 /// Otherwise (GEMM2): row groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks
 /// the ring's chunks in the producer's sequence. The tile's kTok range factors go to the
 /// warpgroup's own ring.back[wg] after the last chunk (read by its epilogue after a
@@ -356,9 +416,9 @@ __device__ __forceinline__ void pf_chunk_mma(float (&acc_a)[kN], float (&acc_b)[
 /// global loads (row map, factor) land under the mainloop.
 template <bool kGated, int kTok>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
-                                            const PfOperands& o, const PfTile& tile,
+                                            const PfOperands& o, const PfWork& work,
                                             const PfRing& ring, PfCursor& cur, int wg) {
-  const int kc_count = o.kc_count;
+  const PfTile& tile = work.tile;
   const int i = threadIdx.x & 127;
   float back = 1.0f;
   if (i < kTok) {
@@ -379,7 +439,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
 #pragma unroll
   for (int j = 0; j < kTok / 2; ++j) acc_a[j] = acc_b[j] = 0.0f;
   int prev = 0;  // stage of the previous chunk
-  for (int kc = 0; kc < kc_count; ++kc) {
+  for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
     const int s = cur.stage;
     asm volatile("" : "+r"(w_addr), "+r"(s_addr));
     mbar_wait(&ring.full[s], cur.phase);
@@ -399,7 +459,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     // registers being written. After the wait the previous chunk's stage goes back to
     // the producer, each thread releasing its own reads.
     wgmma_wait<0>();
-    if (kc > 0) mbar_arrive(&ring.empty[prev]);
+    if (kc > work.kc_begin) mbar_arrive(&ring.empty[prev]);
     uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
     pf_chunk_frags(wa, sa, wb, sb, fa, fb);
     wgmma_fence();
@@ -415,10 +475,51 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   if (i < kTok) ring.back[wg * kPfTokens + i] = back;
 }
 
+/// A part of a split tile (pf_plan), after its mainloop, by the 256 consumer threads:
+/// stores its partial sums (thread t's accumulator j at [(slot * parts + part) * kTok + j]
+/// * 256 + t, coalesced) and counts itself on the tile's counter. The part that arrives
+/// last loads every part's sums and adds them in part order (so the result does not
+/// depend on which part that is), resets the counter for the next launch and returns
+/// true: it runs the tile's epilogue. The others return false.
+template <int kTok>
+__device__ __forceinline__ bool pf_split_fixup(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
+                                               const PfOperands& o, const PfPlan& plan,
+                                               const PfWork& work, const PfRing& ring) {
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  float* tile_acc = o.split_acc + static_cast<size_t>(work.slot) * plan.parts * kTok * 256 + t;
+  float* mine = tile_acc + static_cast<size_t>(work.part) * kTok * 256;
+#pragma unroll
+  for (int j = 0; j < kTok / 2; ++j) {
+    __stcg(mine + j * 256, acc_a[j]);
+    __stcg(mine + (kTok / 2 + j) * 256, acc_b[j]);
+  }
+  __threadfence();  // the sums are visible before the count that announces them
+  named_barrier_sync(kPfSplitBarrier, 256);
+  if (t == 0) *ring.arrived = atomicAdd(&o.split_count[work.slot], 1u);
+  named_barrier_sync(kPfSplitBarrier, 256);
+  if (*ring.arrived != static_cast<uint32_t>(plan.parts - 1)) return false;
+  __threadfence();  // every other part's sums are read after its count
+#pragma unroll
+  for (int j = 0; j < kTok / 2; ++j) {
+    acc_a[j] = __ldcg(tile_acc + j * 256);
+    acc_b[j] = __ldcg(tile_acc + (kTok / 2 + j) * 256);
+  }
+  for (int part = 1; part < plan.parts; ++part) {
+    const float* p = tile_acc + static_cast<size_t>(part) * kTok * 256;
+#pragma unroll
+    for (int j = 0; j < kTok / 2; ++j) {
+      acc_a[j] += __ldcg(p + j * 256);
+      acc_b[j] += __ldcg(p + (kTok / 2 + j) * 256);
+    }
+  }
+  if (t == 0) o.split_count[work.slot] = 0;
+  return true;
+}
+
 /// Body of both prefill kernels: the ring, the producer warpgroup (the TMA producer when
-/// kTmaB: B rows contiguous, o.b_map set), and the consumers' tile loop, which hands each
+/// kTmaB: B rows contiguous, o.b_map set), and the consumers' item loop, which hands each
 /// tile's accumulators to `epilogue(acc_a, acc_b, tile, wg, ring)` (wg = consumer
-/// warpgroup 0 or 1).
+/// warpgroup 0 or 1), for a split tile once its last part has added the others' in.
 template <bool kGated, int kTok, bool kTmaB, class Epilogue>
 __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const PfRing ring = pf_ring(dyn_smem);
@@ -432,12 +533,14 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
   }
   setmaxnreg_inc<224>();
   PfCursor cur;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti);
-    if (tile.e < 0) break;
+  const PfPlan plan = pf_plan<kTok>(o);
+  for (int item = blockIdx.x;; item += gridDim.x) {
+    const PfWork work = pf_work<kTok>(o, plan, item);
+    if (work.tile.e < 0) break;
     float acc_a[kTok / 2], acc_b[kTok / 2];
-    pf_mainloop<kGated, kTok>(acc_a, acc_b, o, tile, ring, cur, wg - 1);
-    epilogue(acc_a, acc_b, tile, wg - 1, ring);
+    pf_mainloop<kGated, kTok>(acc_a, acc_b, o, work, ring, cur, wg - 1);
+    if (work.slot >= 0 && !pf_split_fixup<kTok>(acc_a, acc_b, o, plan, work, ring)) continue;
+    epilogue(acc_a, acc_b, work.tile, wg - 1, ring);
   }
 }
 

@@ -511,6 +511,9 @@ struct StageCase {
   int prefill_ctas = 0;     // > 0: MXMOE_PREFILL_CTAS (several tiles per CTA)
   int token_tile = 0;       // > 0: MXMOE_PREFILL_TOKEN_TILE (32 / 64 / 128), else the heuristic
   bool decode_only = false; // MXMOE_PREFILL=0: the decode / generic paths at this size
+  int split_gemm = 0;       // 1 / 2: MXMOE_PREFILL_CTAS picked so that this GEMM's last
+                            // wave splits: >= 2 tiles in >= 3 parts each
+                            // (heuristics.h pf_split_parts)
 };
 
 bool prefill_expected(int64_t M, bool decode_only = false) {
@@ -527,6 +530,10 @@ int staged_source(int o) {
   const int s = o >> 4, k = o & 15;
   return 8 * ((k & 7) >> 1) + 4 * s + 2 * (k >> 3) + (k & 1);
 }
+
+// Prefill GEMMs (GEMM1, GEMM2) of the stage cases whose launch split its last wave
+// (heuristics.h pf_split_parts), so that the test can tell it covered that path.
+int g_split_launches = 0;
 
 // GEMM1 + activation + intermediate quantization, bit for bit, by running the whole
 // layer and reading the intermediate out of the workspace (layout from the same
@@ -579,6 +586,26 @@ void run_gemm1_stage(const StageCase& sc) {
   a.out = out.p;
   if (sc.prefill_ctas > 0) setenv("MXMOE_PREFILL_CTAS", std::to_string(sc.prefill_ctas).c_str(), 1);
   if (sc.token_tile > 0) setenv("MXMOE_PREFILL_TOKEN_TILE", std::to_string(sc.token_tile).c_str(), 1);
+  const int tile = cd::prefill_tile_tokens(M, cfg.top_k, 4);
+  if (sc.split_gemm > 0) {
+    // The split GEMM's tiles from the routing's rows per local expert; the smallest CTA
+    // count whose last wave has >= 2 tiles, cut in >= 3 parts each.
+    int count[4] = {0, 0, 0, 0};
+    for (int32_t id : routing.ids)
+      if (id >= 4) ++count[id - 4];
+    const int64_t rows = sc.split_gemm == 1 ? 2 * N : K, cols = sc.split_gemm == 1 ? K : N;
+    int tiles = 0;
+    for (int n : count) tiles += (n + tile - 1) / tile * static_cast<int>(((rows + 63) / 64 + 3) / 4);
+    const int kc = static_cast<int>((cols + 63) / 64);
+    int g = 2;
+    auto splits_well = [&](int ctas_try) {
+      return tiles % ctas_try >= 2 && cd::pf_split_parts(tiles, ctas_try, kc, tile) >= 3;
+    };
+    while (g < tiles && !splits_well(g)) ++g;
+    ASSERT_LT(g, tiles) << "no CTA count splits this case's GEMM" << sc.split_gemm;
+    setenv("MXMOE_PREFILL_CTAS", std::to_string(g).c_str(), 1);
+  }
+  const int ctas = cd::prefill_ctas();
   layer.forward(a, ws.p, ws.n, nullptr);
   unsetenv("MXMOE_PREFILL_CTAS");
   unsetenv("MXMOE_PREFILL_TOKEN_TILE");
@@ -591,6 +618,23 @@ void run_gemm1_stage(const StageCase& sc) {
     uint32_t inexact = 0;
     std::memcpy(&inexact, wsh.data() + L.inexact, 4);
     EXPECT_EQ(inexact & cd::kInexactX, sc.tiny_block ? cd::kInexactX : 0u) << "x inexact bit";
+    // The split last wave (wgmma_mx.cuh pf_plan): every split tile's last part reset its
+    // counter, so GEMM2 and the next forward find them at zero; and whether this case's
+    // GEMMs split (the same function on the device counts).
+    for (int i = 0; i < cd::kPfSplitTiles; ++i) {
+      uint32_t c = 0;
+      std::memcpy(&c, wsh.data() + L.inexact + 4 * (1 + i), 4);
+      EXPECT_EQ(c, 0u) << "split counter " << i;
+    }
+    int tiles1 = 0, tiles2 = 0;
+    for (int e = 0; e < 4; ++e) {
+      int32_t n = 0;
+      std::memcpy(&n, wsh.data() + L.counts + 4 * e, 4);
+      tiles1 += (n + tile - 1) / tile * static_cast<int>((2 * N / 64 + 3) / 4);
+      tiles2 += (n + tile - 1) / tile * static_cast<int>(((K + 63) / 64 + 3) / 4);
+    }
+    if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(tiles1, ctas, static_cast<int>((K + 63) / 64), tile) > 1;
+    g_split_launches += cd::pf_split_parts(tiles2, ctas, static_cast<int>((N + 63) / 64), tile) > 1;
     const int64_t Kp = (K + 63) / 64 * 64;
     int64_t stage_bad = 0;
     for (int64_t t = 0; t < M && !sc.tiny_block; ++t)
@@ -726,6 +770,11 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, false, false, 150, 128, 64, true, 0, 32},
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2, 64},
       {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3, 32},
+      // The split last wave (wgmma_mx.cuh pf_plan): GEMM1's or GEMM2's last tiles cut
+      // into >= 3 K ranges whose last part adds the others' sums (uneven ranges, K tail).
+      {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 0, false, 1},
+      {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
+      {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
       {Activation::SiTU, true, true, false, 40, 160, 64},  // the heuristic's own tile at M=40
       {Activation::SiTU, true, true, false, 20, 160, 64},  // prefill from kPrefillMinTokens
   };
@@ -734,6 +783,10 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
                                     << " mid_fp8 " << c.mid_fp8 << " M " << c.M << " K " << c.K
                                     << " N " << c.N << " token tile " << c.token_tile);
     run_gemm1_stage(c);
+  }
+  if (prefill_expected(300)) {
+    EXPECT_GE(g_split_launches, 3) << "the split cases did not split";
+    std::printf("[ split    ] %d prefill GEMM launches split their last wave\n", g_split_launches);
   }
 }
 
