@@ -192,8 +192,8 @@ inline constexpr int kPfMinSplitChunks = 4;
 /// Parts per split tile for `tiles` tiles of `tok` tokens on `ctas` CTAs, K in `kc_count`
 /// 64-K chunks (1: no split). Host and device: the tests check that their cases split.
 /// Measured on the H200 (session 15, graph, same run): M=16 280 -> 265 us, M=32 293 ->
-/// 277, M=128 547 -> 524. A stream-K form (CTA ranges across tile edges) was slower in
-/// GEMM2 (PERFORMANCE.md, session 15).
+/// 277, M=128 547 -> 524. Cutting a nearly full last wave costs more than it saves: GEMM2
+/// at rem = 128 of 132 tiles, 81 -> 93 us at M=32 (PERFORMANCE.md, session 15).
 MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
   const int rem = tiles % ctas;
   if (rem == 0 || rem > kPfSplitTiles) return 1;
