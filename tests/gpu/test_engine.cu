@@ -535,6 +535,15 @@ int staged_source(int o) {
 // (heuristics.h pf_split_parts), so that the test can tell it covered that path.
 int g_split_launches = 0;
 
+// The tiles of a prefill GEMM with `rows` weight rows, for the 4 local experts' row
+// counts and a `tile`-token tile (wgmma_mx.cuh pf_plan), and its 64-K chunks for `cols`.
+int prefill_tiles(const int (&count)[4], int tile, int64_t rows) {
+  int tiles = 0;
+  for (int n : count) tiles += (n + tile - 1) / tile * static_cast<int>(((rows + 63) / 64 + 3) / 4);
+  return tiles;
+}
+int k_chunks(int64_t cols) { return static_cast<int>((cols + 63) / 64); }
+
 // GEMM1 + activation + intermediate quantization, bit for bit, by running the whole
 // layer and reading the intermediate out of the workspace (layout from the same
 // WorkspaceLayout the engine carves).
@@ -593,10 +602,8 @@ void run_gemm1_stage(const StageCase& sc) {
     int count[4] = {0, 0, 0, 0};
     for (int32_t id : routing.ids)
       if (id >= 4) ++count[id - 4];
-    const int64_t rows = sc.split_gemm == 1 ? 2 * N : K, cols = sc.split_gemm == 1 ? K : N;
-    int tiles = 0;
-    for (int n : count) tiles += (n + tile - 1) / tile * static_cast<int>(((rows + 63) / 64 + 3) / 4);
-    const int kc = static_cast<int>((cols + 63) / 64);
+    const int tiles = prefill_tiles(count, tile, sc.split_gemm == 1 ? 2 * N : K);
+    const int kc = k_chunks(sc.split_gemm == 1 ? K : N);
     int g = 2;
     auto splits_well = [&](int ctas_try) {
       return tiles % ctas_try >= 2 && cd::pf_split_parts(tiles, ctas_try, kc, tile) >= 3;
@@ -626,15 +633,10 @@ void run_gemm1_stage(const StageCase& sc) {
       std::memcpy(&c, wsh.data() + L.inexact + 4 * (1 + i), 4);
       EXPECT_EQ(c, 0u) << "split counter " << i;
     }
-    int tiles1 = 0, tiles2 = 0;
-    for (int e = 0; e < 4; ++e) {
-      int32_t n = 0;
-      std::memcpy(&n, wsh.data() + L.counts + 4 * e, 4);
-      tiles1 += (n + tile - 1) / tile * static_cast<int>((2 * N / 64 + 3) / 4);
-      tiles2 += (n + tile - 1) / tile * static_cast<int>(((K + 63) / 64 + 3) / 4);
-    }
-    if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(tiles1, ctas, static_cast<int>((K + 63) / 64), tile) > 1;
-    g_split_launches += cd::pf_split_parts(tiles2, ctas, static_cast<int>((N + 63) / 64), tile) > 1;
+    int count[4];
+    std::memcpy(count, wsh.data() + L.counts, sizeof count);  // i32 per local expert
+    if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile) > 1;
+    g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, K), ctas, k_chunks(N), tile) > 1;
     const int64_t Kp = (K + 63) / 64 * 64;
     int64_t stage_bad = 0;
     for (int64_t t = 0; t < M && !sc.tiny_block; ++t)
