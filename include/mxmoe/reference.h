@@ -94,13 +94,17 @@ struct Comparison {
 Comparison compare_outputs(const std::vector<double>& actual, const std::vector<double>& ref,
                            int64_t rows, int64_t cols, double atol, double rtol);
 
-/// The reference with near-ties taken the other way where that brings a row closer to
-/// `actual` (L2, largest effect first; each tie whole or not at all), so a backend is
-/// not failed for a rounding the precision contract allows. Rows with non-finite values
-/// are left alone. The ties taken are also added to `ref64` (the unrounded reference)
-/// when given. Returns how many ties were taken.
-int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref, int64_t cols,
-                       const std::vector<NearTie>& ties, std::vector<double>* ref64 = nullptr);
+/// `v` rounded to the output format (through float, as the kernels' fp32 sums are).
+double output_rounded(OutputFormat format, double v);
+
+/// Near-ties taken the other way where that brings a row closer to `actual`: per row,
+/// the tie that brings the row's rounded reference (output_rounded) closest to
+/// `actual` in L2 is added to `ref64` (the unrounded reference), then the next best,
+/// while one still brings it closer; each tie whole or not at all. So a backend is not
+/// failed for a rounding the precision contract allows. Rows with non-finite values are
+/// left alone. Returns how many ties were taken.
+int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref64, int64_t cols,
+                       const std::vector<NearTie>& ties, OutputFormat format);
 
 /// The same for the BF16 output rounding: where the unrounded reference `ref64` lies
 /// within a relative `window` of the midpoint between its BF16 value `ref` and the

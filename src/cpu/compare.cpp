@@ -93,41 +93,57 @@ std::string Comparison::summary() const {
   return s;
 }
 
-int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref, int64_t cols,
-                       const std::vector<NearTie>& ties, std::vector<double>* ref64) {
-  MXMOE_CHECK_ARG(actual.size() == ref.size(), "actual", "has ", actual.size(),
-                  " elements, the reference ", ref.size());
-  MXMOE_CHECK_ARG(!ref64 || ref64->size() == ref.size(), "ref64", "has ", ref64 ? ref64->size() : 0,
-                  " elements, the reference ", ref.size());
-  // Per row, largest effect first, so a small tie never stands in for a large one.
-  std::vector<std::pair<double, size_t>> order;
+double output_rounded(OutputFormat format, double v) {
+  const float f = static_cast<float>(v);
+  return format == OutputFormat::BF16 ? static_cast<double>(fmt::bf16_to_float(fmt::float_to_bf16(f)))
+                                      : static_cast<double>(f);
+}
+
+int64_t take_near_ties(const std::vector<double>& actual, std::vector<double>& ref64, int64_t cols,
+                       const std::vector<NearTie>& ties, OutputFormat format) {
+  MXMOE_CHECK_ARG(actual.size() == ref64.size(), "actual", "has ", actual.size(),
+                  " elements, the reference ", ref64.size());
+  MXMOE_CHECK_ARG(cols > 0 && ref64.size() % static_cast<size_t>(cols) == 0, "cols", cols,
+                  " does not divide the reference's ", ref64.size(), " elements");
+  const int64_t rows = static_cast<int64_t>(ref64.size()) / cols;
+  std::vector<std::vector<size_t>> of_row(static_cast<size_t>(rows));  // in `ties` order
   for (size_t i = 0; i < ties.size(); ++i) {
     MXMOE_CHECK_ARG(static_cast<int64_t>(ties[i].delta.size()) == cols && ties[i].row >= 0 &&
-                        (ties[i].row + 1) * cols <= static_cast<int64_t>(ref.size()),
+                        ties[i].row < rows,
                     "ties", "entry ", i, " does not fit the ", cols, "-wide output");
-    double n2 = 0;
-    for (double d : ties[i].delta) n2 += d * d;
-    order.push_back({-n2, i});
+    of_row[static_cast<size_t>(ties[i].row)].push_back(i);
   }
-  std::sort(order.begin(), order.end());
+  // Judged on the rounded reference: `actual` is rounded to the output format, and for
+  // BF16 that rounding (~2^-9 of a value) swamps a tie's effect (~2e-5), so against the
+  // unrounded reference ties were taken for rounding noise. Best first, not largest
+  // first: ties of one row overlap, and a large one can explain less than a smaller one.
   int64_t taken = 0;
-  for (const auto& [neg_n2, i] : order) {
-    const NearTie& t = ties[i];
-    const double* a = &actual[t.row * cols];
-    double* r = &ref[t.row * cols];
+  for (int64_t row = 0; row < rows; ++row) {
+    const double* a = &actual[row * cols];
+    double* r = &ref64[row * cols];
     bool finite = true;
-    double now = 0, then = 0;  // squared distance to actual without / with the tie
-    for (int64_t k = 0; k < cols; ++k) {
-      finite &= std::isfinite(a[k]) && std::isfinite(r[k]);
-      now += (a[k] - r[k]) * (a[k] - r[k]);
-      const double o = r[k] + t.delta[k];
-      then += (a[k] - o) * (a[k] - o);
+    for (int64_t k = 0; k < cols; ++k) finite &= std::isfinite(a[k]) && std::isfinite(r[k]);
+    std::vector<size_t>& left = of_row[static_cast<size_t>(row)];
+    while (finite && !left.empty()) {
+      double best = 0;  // change of the squared distance to `actual`; only decreases count
+      size_t best_at = left.size();
+      for (size_t j = 0; j < left.size(); ++j) {
+        const std::vector<double>& d = ties[left[j]].delta;
+        double change = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          if (d[k] == 0) continue;
+          const double now = a[k] - output_rounded(format, r[k]);
+          const double then = a[k] - output_rounded(format, r[k] + d[k]);
+          change += then * then - now * now;
+        }
+        if (change < best) best = change, best_at = j;  // the first of equals: deterministic
+      }
+      if (best_at == left.size()) break;
+      const std::vector<double>& d = ties[left[best_at]].delta;
+      for (int64_t k = 0; k < cols; ++k) r[k] += d[k];
+      left.erase(left.begin() + static_cast<std::ptrdiff_t>(best_at));
+      ++taken;
     }
-    if (!finite || !(then < now)) continue;
-    for (int64_t k = 0; k < cols; ++k) r[k] += t.delta[k];
-    if (ref64)
-      for (int64_t k = 0; k < cols; ++k) (*ref64)[t.row * cols + k] += t.delta[k];
-    ++taken;
   }
   return taken;
 }

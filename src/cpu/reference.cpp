@@ -497,15 +497,14 @@ std::vector<double> reference_toward(const MoeConfig& cfg, const ExpertWeights& 
   std::vector<double> ref64;
   std::vector<NearTie> ties;
   reference_forward(cfg, w, x, routing, out, &ref64, threads, &ties);
-  std::vector<double> ref = output_values(out);
-  MXMOE_CHECK_ARG(actual.size() == ref.size(), "actual", "has ", actual.size(), " elements, expected ",
+  MXMOE_CHECK_ARG(actual.size() == ref64.size(), "actual", "has ", actual.size(), " elements, expected ",
                   x.tokens, " x ", cfg.hidden);
   TieCounts c;
   c.offered = static_cast<int64_t>(ties.size());
-  c.taken = take_near_ties(actual, ref, cfg.hidden, ties, &ref64);
+  c.taken = take_near_ties(actual, ref64, cfg.hidden, ties, cfg.output_format);
   // The taken ties moved ref64: round it to the output format again.
   round_output(cfg, x.tokens, ref64, out);
-  ref = output_values(out);
+  std::vector<double> ref = output_values(out);
   if (cfg.output_format == OutputFormat::BF16) c.output_taken = take_output_ties(actual, ref, ref64, kOutputTieWindow);
   if (counts) *counts = c;
   return ref;

@@ -633,21 +633,53 @@ TEST(Compare, OutputValuesDecodesBf16AndFp32) {
 // backend, whole, and never on a row with non-finite values.
 TEST(NearTies, TakenOnlyWhereTheyExplainTheBackend) {
   const int64_t cols = 4;
-  std::vector<double> ref = {1, 2, 3, 4, 5, 6, 7, 8};
-  std::vector<double> ref64 = ref;
+  std::vector<double> ref64 = {1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<NearTie> ties(3);
   ties[0] = {0, {0.5, 0, 0, 0}};    // row 0: the backend rounded this one the other way
   ties[1] = {0, {0, 0, -0.25, 0}};  // row 0: did not
   ties[2] = {1, {0, 0.5, 0, 0}};    // row 1: holds a NaN
   std::vector<double> actual = {1.5, 2, 3, 4.001, 5, 6.5, std::nan(""), 8};
-  EXPECT_EQ(take_near_ties(actual, ref, cols, ties, &ref64), 1);
-  EXPECT_EQ(ref, (std::vector<double>{1.5, 2, 3, 4, 5, 6, 7, 8}));
-  EXPECT_EQ(ref64, ref);
+  EXPECT_EQ(take_near_ties(actual, ref64, cols, ties, OutputFormat::FP32), 1);
+  EXPECT_EQ(ref64, (std::vector<double>{1.5, 2, 3, 4, 5, 6, 7, 8}));
   // A tie is whole or nothing: half of it explained is not enough to take it.
   std::vector<double> r2 = {1, 2, 3, 4};
   std::vector<double> a2 = {1.2, 2, 3, 4};
-  EXPECT_EQ(take_near_ties(a2, r2, cols, {NearTie{0, {0.5, 0, 0, 0}}}), 0);
-  expect_invalid([&] { take_near_ties(a2, r2, cols, {NearTie{1, {0, 0, 0, 0}}}); }, "ties");
+  EXPECT_EQ(take_near_ties(a2, r2, cols, {NearTie{0, {0.5, 0, 0, 0}}}, OutputFormat::FP32), 0);
+  expect_invalid([&] { take_near_ties(a2, r2, cols, {NearTie{1, {0, 0, 0, 0}}}, OutputFormat::FP32); }, "ties");
+  expect_invalid([&] { take_near_ties(a2, r2, 3, {}, OutputFormat::FP32); }, "cols");
+  std::vector<double> r3 = {1, 2, 3};
+  expect_invalid([&] { take_near_ties(a2, r3, cols, {}, OutputFormat::FP32); }, "actual");
+}
+
+// The ties are judged on the rounded reference, since `actual` is rounded: for a BF16
+// output a tie that moves no element across a rounding boundary explains nothing, though
+// unrounded it moves the row toward `actual`. (Judged unrounded, situ-bf16-in-bf16-mid-m8
+// took 277 of 1470 ties for rounding noise at seed 13434457364762741735; see below.)
+TEST(NearTies, JudgedOnTheRoundedReference) {
+  const int64_t cols = 4;
+  const std::vector<double> actual = {1.0 + 1.0 / 128, 1, 1, 1};  // BF16 neighbours of 1
+  const std::vector<NearTie> small = {NearTie{0, {1e-4, 0, 0, 0}}};
+  std::vector<double> ref64 = {1, 1, 1, 1};
+  EXPECT_EQ(take_near_ties(actual, ref64, cols, small, OutputFormat::BF16), 0);
+  EXPECT_EQ(ref64, (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(take_near_ties(actual, ref64, cols, small, OutputFormat::FP32), 1);  // fp32 sees it
+  // One that does cross the boundary (1 + 2^-8 is the midpoint) is taken.
+  ref64 = {1.0 + 1.0 / 256 - 1e-6, 1, 1, 1};
+  EXPECT_EQ(take_near_ties(actual, ref64, cols, {NearTie{0, {2e-6, 0, 0, 0}}}, OutputFormat::BF16), 1);
+  EXPECT_EQ(output_rounded(OutputFormat::BF16, ref64[0]), actual[0]);
+}
+
+// Best first, not largest first: of two overlapping ties the one that explains the row
+// is taken, though the other moves it more (seen at seed 16000825, situ-masked-slots-m32,
+// where largest-first left 4.4e-4 and best-first matches the CPU backend exactly).
+TEST(NearTies, TheTieThatExplainsMostIsTakenFirst) {
+  const int64_t cols = 4;
+  const std::vector<double> actual = {1, 1, 0, 0};
+  std::vector<double> ref64 = {0, 0, 0, 0};
+  const std::vector<NearTie> ties = {NearTie{0, {1.5, 1.5, 0.25, 0}},  // larger, explains some
+                                     NearTie{0, {1, 1, 0, 0}}};        // explains all
+  EXPECT_EQ(take_near_ties(actual, ref64, cols, ties, OutputFormat::FP32), 1);
+  EXPECT_EQ(ref64, actual);
 }
 
 TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
@@ -678,6 +710,23 @@ TEST(NearTies, SmokeCaseThatFailedOnANearTieNowPasses) {
     return;
   }
   FAIL() << "no case situ-masked-slots-m32 in the smoke suite";
+}
+
+// The CI failure of session 15 (fff39cc): situ-bf16-in-bf16-mid-m8 at seed
+// 13434457364762741735 gave rel L2 1.016e-3 against the 1e-3 bound, on the CPU backend,
+// because the judge took ties for the BF16 output's rounding noise (JudgedOnTheRounded-
+// Reference). Case seeds as `mxmoe validate` derives them.
+TEST(NearTies, Bf16IntermediateCaseThatFailedCiPasses) {
+  const uint64_t seed = 13434457364762741735ull;
+  const std::vector<SuiteCase> cases = suite_cases("smoke");
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].name != "situ-bf16-in-bf16-mid-m8") continue;
+    const CaseResult r = run_case(cases[i], Backend::Cpu, seed + (i + 1) * 7919u, seed);
+    EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
+    EXPECT_LT(r.vs_reference.max_row_rel_l2, 2.5e-4);
+    return;
+  }
+  FAIL() << "no case situ-bf16-in-bf16-mid-m8 in the smoke suite";
 }
 
 }  // namespace
