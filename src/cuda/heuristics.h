@@ -189,6 +189,15 @@ inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
 inline constexpr size_t kPfSplitBytes = size_t{16} << 20;
 inline constexpr int kPfSplitTiles = 256;
 inline constexpr int kPfMinSplitChunks = 4;
+/// At most this many parts: the last part reads the others' sums one part after another,
+/// so beyond a few parts the reads cost what the shorter mainloop saves.
+/// GEMM1, ncu us (median of 8) at M = 16 / 32 / 64 / 128, one run (session 16): at most
+/// 11 parts (the earlier rule) 171.2 / 178.9 / 239.2 / 346.0, at most 6: 171.1 / 177.6 /
+/// 235.6 / 342.9, at most 4: 169.7 / 178.3 / 237.6 / 342.6; no split 182.6 / 192.4 / 254.5
+/// / 366.6. A second run, 11 -> 4 parts: GEMM1 170.0 / 177.7 / 236.5 / 343.3 -> 168.9 /
+/// 177.4 / 235.6 / 340.2; the layer (graph) M=64 366.9 / 364.2 -> 361.7 / 362.6 us,
+/// M=128 520.1 / 521.3 -> 514.8 / 517.0.
+inline constexpr int kPfMaxSplitParts = 4;
 /// Parts per split tile for `tiles` tiles of `tok` tokens on `ctas` CTAs, K in `kc_count`
 /// 64-K chunks (1: no split). Host and device: the tests check that their cases split.
 /// Measured on the H200 (session 15, graph, same run): M=16 280 -> 265 us, M=32 293 ->
@@ -201,6 +210,7 @@ MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
   int parts = ctas / rem;
   parts = parts < kc_count / kPfMinSplitChunks ? parts : kc_count / kPfMinSplitChunks;
   parts = parts < capacity ? parts : capacity;
+  parts = parts < kPfMaxSplitParts ? parts : kPfMaxSplitParts;
   return parts < 2 ? 1 : parts;
 }
 
