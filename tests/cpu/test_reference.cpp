@@ -692,6 +692,16 @@ TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
   EXPECT_EQ(ref, (std::vector<double>{hi, lo, lo, 2.0}));  // near, far, not adjacent, equal
 }
 
+// Smoke case `name` on the CPU backend with the seeds `mxmoe validate --seed seed` gives
+// it (the case's position in the suite), as a CI run saw it.
+CaseResult run_smoke_case_cpu(const std::string& name, uint64_t seed) {
+  const std::vector<SuiteCase> cases = suite_cases("smoke");
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (cases[i].name == name) return run_case(cases[i], Backend::Cpu, seed + (i + 1) * 7919u, seed);
+  ADD_FAILURE() << "no case " << name << " in the smoke suite";
+  return CaseResult{};
+}
+
 // The CI failure that motivated ties: situ-masked-slots-m32 failed the 5e-3 bound at seed
 // 18415880773716947779 (rel L2 7.7e-3) because a few intermediate E4M3 codes of the fp32
 // CPU backend rounded the other way at near-ties. With ties it passes, having taken some,
@@ -699,34 +709,20 @@ TEST(NearTies, OutputTiesNeedAdjacentBf16ValuesAndAReferenceAtTheirMidpoint) {
 // (session 12, more accurate) the backend matches the reference exactly at that seed, so
 // the case now runs at one where it still rounds some codes the other way (7 ties taken).
 TEST(NearTies, SmokeCaseThatFailedOnANearTieNowPasses) {
-  const uint64_t seed = 2000006ull;
-  const std::vector<SuiteCase> cases = suite_cases("smoke");
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (cases[i].name != "situ-masked-slots-m32") continue;
-    const CaseResult r = run_case(cases[i], Backend::Cpu, seed + (i + 1) * 7919u, seed);
-    EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
-    EXPECT_GT(r.near_ties_taken, 0);
-    EXPECT_LT(r.vs_reference.max_row_rel_l2, 1e-3);
-    return;
-  }
-  FAIL() << "no case situ-masked-slots-m32 in the smoke suite";
+  const CaseResult r = run_smoke_case_cpu("situ-masked-slots-m32", 2000006ull);
+  EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
+  EXPECT_GT(r.near_ties_taken, 0);
+  EXPECT_LT(r.vs_reference.max_row_rel_l2, 1e-3);
 }
 
 // The CI failure of session 15 (fff39cc): situ-bf16-in-bf16-mid-m8 at seed
 // 13434457364762741735 gave rel L2 1.016e-3 against the 1e-3 bound, on the CPU backend,
 // because the judge took ties for the BF16 output's rounding noise (JudgedOnTheRounded-
-// Reference). Case seeds as `mxmoe validate` derives them.
+// Reference).
 TEST(NearTies, Bf16IntermediateCaseThatFailedCiPasses) {
-  const uint64_t seed = 13434457364762741735ull;
-  const std::vector<SuiteCase> cases = suite_cases("smoke");
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (cases[i].name != "situ-bf16-in-bf16-mid-m8") continue;
-    const CaseResult r = run_case(cases[i], Backend::Cpu, seed + (i + 1) * 7919u, seed);
-    EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
-    EXPECT_LT(r.vs_reference.max_row_rel_l2, 2.5e-4);
-    return;
-  }
-  FAIL() << "no case situ-bf16-in-bf16-mid-m8 in the smoke suite";
+  const CaseResult r = run_smoke_case_cpu("situ-bf16-in-bf16-mid-m8", 13434457364762741735ull);
+  EXPECT_EQ(r.status, CaseResult::Status::Pass) << r.note;
+  EXPECT_LT(r.vs_reference.max_row_rel_l2, 2.5e-4);
 }
 
 }  // namespace
