@@ -120,7 +120,7 @@ struct WorkspaceLayout {
   // prefill path (tokens >= kPrefillMinTokens; in FP8 mode below kFp8PrefillMinTokens only;
   // empty otherwise)
   size_t inexact = 0;      // u32 kInexactX | kInexactInter, then u32 [kPfSplitTiles]
-                           // split-tile counters (one memset clears both; heuristics.h)
+                           // split-tile counters (heuristics.h kPrefillWordsBytes)
   size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]

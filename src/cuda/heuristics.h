@@ -224,6 +224,9 @@ inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
 /// the generic path instead (both kernels are launched; each reads the bit and one exits).
 inline constexpr uint32_t kInexactX = 1u;
 inline constexpr uint32_t kInexactInter = 2u;
+/// Bytes of the prefill path's per-forward words in the workspace: that word, then the
+/// split-tile counters (pf_split_parts), so the forward's one memset clears both.
+inline constexpr size_t kPrefillWordsBytes = sizeof(uint32_t) * (1 + kPfSplitTiles);
 
 /// Programmatic dependent launch on the decode path (sm_90 and later, `device_ok`; the
 /// test knob MXMOE_PDL=0 clears it at layer construction): GEMM2's decode kernel (one

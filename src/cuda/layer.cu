@@ -295,7 +295,7 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.if8_scale = take(pairs * Ng * 4);
   } else if (use_prefill(tokens, true)) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
-    l.inexact = take(sizeof(uint32_t) * (1 + kPfSplitTiles));
+    l.inexact = take(kPrefillWordsBytes);
     l.split_acc = take(kPfSplitBytes);
     l.xb = take(M * Kp * 2);
     l.xb_back = take(M * 4);
@@ -610,7 +610,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     launch_stage_fp8(fx, st);
   }
   if (prefill) {
-    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, sizeof(uint32_t) * (1 + kPfSplitTiles), st));
+    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, kPrefillWordsBytes, st));
     sx = StageBf16Params{.src = x, .scale = xs, .fp8 = x_fp8, .rows = M, .cols = K,
                          .stride = s.d13.kc * kKChunk,
                          .dst = reinterpret_cast<uint16_t*>(ws + L.xb),
