@@ -113,7 +113,7 @@ struct WorkspaceLayout {
   size_t pair_row = 0;     // i32 [M*k] pair -> routed row or -1
   size_t xq = 0;           // u8 [M][K] e4m3 codes (BF16 x into an MXFP8 layer)
   size_t xq_scale = 0;     // u8 [M][K/32]
-  size_t inter = 0;        // [M*k][N] e4m3 codes or bf16
+  size_t inter = 0;        // [M*k][N] e4m3 codes or bf16 (the exact prefill path: ib instead)
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
   size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
@@ -124,8 +124,7 @@ struct WorkspaceLayout {
   size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]
-  size_t ib = 0;           // bf16 [M*k][Np] staged intermediate
-  size_t ib_back = 0;      // f32 [M*k]
+  size_t ib = 0;           // bf16 [M*k][Np] staged intermediate (range factor 1)
   // FP8 mode (config.precision fp8, tokens >= kFp8PrefillMinTokens; empty otherwise)
   size_t xf = 0;           // u8 [M][Kp] x re-expressed (stage_fp8.cu), Kp = K up to 128
   size_t xf_scale = 0;     // f32 [M][Kp/128]
@@ -200,12 +199,18 @@ struct Gemm1Params {
   FastLaunch fast;                   // set by launch_gemm1 per decode-path launch
   /// Prefill path (heuristics.h use_prefill): x staged as exact BF16 rows (stage_bf16.cu,
   /// `xb_stride` = K padded to 64) with their range factors; `inexact` bit kInexactX set
-  /// on the device sends this GEMM to the generic path instead.
+  /// on the device sends this GEMM to the generic path instead. The prefill kernel writes
+  /// the intermediate only as GEMM2's staged rows `ib` (stage_bf16.cu's layout, `ib_stride`
+  /// = N padded to 64, range factor 1), not to `inter`; where those cannot hold it exactly
+  /// it sets bit kInexactInter, and then the generic path runs too and writes `inter`
+  /// (the generic path always sets that bit: GEMM2 then reads `inter`).
   bool prefill = false;
   const uint16_t* xb = nullptr;
   int64_t xb_stride = 0;
   const float* xb_back = nullptr;
-  const uint32_t* inexact = nullptr;
+  uint32_t* inexact = nullptr;
+  uint16_t* ib = nullptr;
+  int64_t ib_stride = 0;
   float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
   uint32_t* split_count = nullptr;
   /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per
@@ -239,12 +244,12 @@ struct Gemm2Params {
   /// programmatic dependent (heuristics.h use_programmatic_launch), so its blocks start
   /// streaming weights once GEMM1's blocks are past their mainloops.
   bool programmatic = false;
-  /// Prefill path: the intermediate staged as exact BF16 rows (`ib_stride` = N padded to
-  /// 64) with their range factors; bit kInexactInter of `inexact` selects the generic path.
+  /// Prefill path: the intermediate staged as exact BF16 rows by GEMM1's prefill epilogue
+  /// (`ib_stride` = N padded to 64, range factor 1); bit kInexactInter of `inexact`
+  /// selects the generic path.
   bool prefill = false;
   const uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
-  const float* ib_back = nullptr;
   const uint32_t* inexact = nullptr;
   float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
   uint32_t* split_count = nullptr;
@@ -284,8 +289,7 @@ struct StageBf16Params {
   const void* src = nullptr;         // [rows][cols] e4m3 codes or bf16
   const uint8_t* scale = nullptr;    // [rows][cols/32] when fp8
   bool fp8 = false;
-  int64_t rows = 0;                  // rows of the buffers
-  const int32_t* live_rows = nullptr;  // device count of rows in use, or null (all)
+  int64_t rows = 0;
   int64_t cols = 0, stride = 0;
   uint16_t* dst = nullptr;
   float* back = nullptr;

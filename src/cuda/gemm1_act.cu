@@ -87,8 +87,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
   const int e = blockIdx.y;
   const int rg = blockIdx.x * kWarps + warp;
   if (rg >= p.w13.rg) return;  // no block-level barriers below
-  // Fallback of the prefill path: runs only when staging flagged an inexact x value.
-  if (p.inexact != nullptr && (*p.inexact & kInexactX) == 0) return;
+  // Fallback of the prefill path: runs only when staging flagged an inexact x value, or
+  // the prefill kernel an intermediate value that GEMM2's staged rows cannot hold. It
+  // writes the intermediate (which the prefill kernel does not), so GEMM2 takes its
+  // generic path as well.
+  if (p.inexact != nullptr) {
+    if ((*p.inexact & (kInexactX | kInexactInter)) == 0) return;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) atomicOr(p.inexact, kInexactInter);
+  }
   const int count = p.counts[e];
   if (count == 0) return;
   const int off = p.offsets[e];
@@ -295,6 +301,11 @@ struct ColumnScales {
   static constexpr int kOwn = kTok / 32;
   uint32_t byte[kOwn];
   float inv[kOwn];
+  // Some column of this lane's has a block that GEMM2's staged BF16 rows cannot hold as
+  // code * 2^(byte - 127) exactly (pf_store_activated): a nonzero amax under the byte
+  // kE4m3NormalMinScale (values may fall under 2^-126), or a byte above kUnitRangeMaxScale
+  // (the row would need a range factor). Blocks of zeros and NaN (amax 0) stage exactly.
+  bool unstageable = false;
   // amax_of(n): the block amax of column n. Columns from rows_left on (warp-uniform) are
   // padding and skipped.
   template <class AmaxOf>
@@ -305,7 +316,10 @@ struct ColumnScales {
       byte[i] = 0;
       inv[i] = 0.0f;
       if (32 * i >= rows_left) continue;
-      const uint8_t sb = fmt::mx_scale_byte(amax_of(32 * i + lane), fmt::kE4m3Max, fmt::kE4m3Emax, rule);
+      const float amax = amax_of(32 * i + lane);
+      const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, rule);
+      unstageable = unstageable || (32 * i + lane < rows_left &&
+                                    (sb > kUnitRangeMaxScale || (sb < kE4m3NormalMinScale && amax > 0.0f)));
       byte[i] = sb;
       inv[i] = fmt::mx_inv_scale(sb);
     }
@@ -331,7 +345,6 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   const bool rg_ok = rg < p.w13.rg;
   const int e = tile.e, count = p.counts[e], off = p.offsets[e];
   const int64_t N = p.intermediate;
-  const int kbN = static_cast<int>(N / kMxBlock);
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
   float bias_g[2] = {0.0f, 0.0f}, bias_u[2] = {0.0f, 0.0f};
@@ -389,31 +402,68 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
     const float* s_amax_pair = s_amax + (wg * 4 + (warp ^ 1)) * kPfTokens;
     scales.compute(rows_left, p.rule, [&](int n) { return fmaxf(s_amax_w[n], s_amax_pair[n]); });
   }
-  // Pass 2: quantize and store (a few instructions per value: unrolled).
+  // Pass 2: quantize and store (a few instructions per value: unrolled). The values go
+  // straight to GEMM2's staged BF16 rows (stage_bf16.cu's layout, range factor 1): for an
+  // MXFP8 intermediate the exact BF16 of each E4M3 code times its block scale, i.e. the
+  // intermediate's values. The MXFP8 (or BF16) intermediate itself is not written: only
+  // the generic path reads it, and that path's GEMM1 writes it (the flag below).
+  //
+  // In a staged block of 32, element 16 half + 8 h + g sits at position
+  //   8 (g / 2) + (g % 2) + 4 half + 2 h,
+  // so lanes g and g ^ 1 (lane ^ 4) together hold positions 8 (g / 2) + 4 half + 0..3 of
+  // each token: one shuffle per two tokens, and the even lane stores those 8 bytes for
+  // token 2t (c = 0), the odd lane for token 2t + 1.
+  const int odd = g & 1;
+  const int row0 = tile.tt * kTok + 2 * t;  // the lane's first row (c = 0 of token block 0)
+  const int ib32 = static_cast<int>(p.ib_stride);
+  uint16_t* const staged = p.ib + (off + row0) * p.ib_stride + 32 * rg + 8 * (g >> 1) + 4 * half;
+  // Two token blocks per step, each phase for all four columns before the next, so that
+  // the shuffles' latencies overlap instead of adding up.
+  constexpr int kStoreStep = 2;
 #pragma unroll
-  for (int j = 0; j < kTok / 8; ++j) {
-    if (8 * j >= rows_left) break;
+  for (int j0 = 0; j0 < kTok / 8; j0 += kStoreStep) {
+    if (8 * j0 >= rows_left) break;
+    uint32_t bf[kStoreStep][2];  // [block][c]: bf16x2 of this lane's values h = 0, 1
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int n = 8 * j + 2 * t + c;
-      const int row = tile.tt * kTok + n;
-      const bool valid = rg_ok && row < count;
-      const int64_t grow = off + row;
-      if constexpr (kFp8Inter) {
-        const uint8_t sb = scales.byte_of(j, n);
-        const float inv = scales.inv_of(j, n);
-        if (valid) {
-          uint8_t* codes = static_cast<uint8_t*>(p.inter) + grow * N + 32 * rg + 16 * half;
+    for (int jj = 0; jj < kStoreStep; ++jj)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) codes[8 * h + g] = fmt::float_to_e4m3(acc_g[4 * j + 2 * h + c] * inv);
-          if (half == 0 && g == 0) p.inter_scale[grow * kbN + rg] = sb;
+      for (int c = 0; c < 2; ++c) {
+        const int j = j0 + jj;
+        if constexpr (kFp8Inter) {
+          const int n = 8 * j + 2 * t + c;
+          const uint32_t sb = scales.byte_of(j, n);
+          const float inv = scales.inv_of(j, n);
+          const uint32_t q0 = fmt::float_to_e4m3(acc_g[4 * j + c] * inv);
+          const uint32_t q1 = fmt::float_to_e4m3(acc_g[4 * j + 2 + c] * inv);
+          // Exact where scales.unstageable is not set (a block of zeros and NaN: 0 * 2^-127).
+          bf[jj][c] = e4m3x2_scaled_to_bf16x2(q0 | (q1 << 8), __uint_as_float(sb << 23));
+        } else {
+          bf[jj][c] = fmt::float_to_bf16(acc_g[4 * j + c]) | (fmt::float_to_bf16(acc_g[4 * j + 2 + c]) << 16);
         }
-      } else if (valid) {
-        uint16_t* o = static_cast<uint16_t*>(p.inter) + grow * N + 32 * rg + 16 * half;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) o[8 * h + g] = fmt::float_to_bf16(acc_g[4 * j + 2 * h + c]);
       }
+    uint32_t other[kStoreStep];
+#pragma unroll
+    for (int jj = 0; jj < kStoreStep; ++jj) other[jj] = __shfl_xor_sync(0xffffffffu, odd ? bf[jj][0] : bf[jj][1], 4);
+#pragma unroll
+    for (int jj = 0; jj < kStoreStep; ++jj) {
+      const int dr = 8 * (j0 + jj) + odd;  // this lane's row - row0
+      const uint32_t mine = odd ? bf[jj][1] : bf[jj][0];
+      const uint32_t lo = odd ? other[jj] : mine, hi = odd ? mine : other[jj];  // elements g & ~1, g | 1
+      if (rg_ok && row0 + dr < count)
+        *reinterpret_cast<uint2*>(staged + dr * ib32) =
+            make_uint2((lo & 0xFFFFu) | (hi << 16), (lo >> 16) | (hi & 0xFFFF0000u));
     }
+  }
+  // Otherwise GEMM2 takes its generic path, and GEMM1's generic kernel writes the
+  // intermediate for it (the staging kernel would have used a range factor or checked
+  // each value: blocks of huge or tiny values only).
+  if constexpr (kFp8Inter)
+    if (__any_sync(0xffffffffu, scales.unstageable) && lane == 0) atomicOr(p.inexact, kInexactInter);
+  // N % 64 == 32: the staged rows' last block (past N, up to ib_stride) is zeros, and it
+  // belongs to the row group after the last (rg_ok false).
+  if (!rg_ok && 32 * rg < p.ib_stride) {
+    for (int dr = odd; dr < kTok - 2 * t; dr += 8)
+      if (row0 + dr < count) *reinterpret_cast<uint2*>(staged + dr * ib32) = make_uint2(0u, 0u);
   }
   named_barrier_sync(barrier, 128);  // s_amax and s_back are rewritten for the next tile
 }
@@ -591,6 +641,9 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(p.xb != nullptr && p.xb_back != nullptr && p.inexact != nullptr,
                     "Gemm1Params.xb", "the prefill path needs the staged x, its range factors "
                     "and the inexact word");
+    MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_stride % 64 == 0 && p.ib_stride >= p.intermediate,
+                    "Gemm1Params.ib_stride", p.ib_stride, ": the prefill path stages the "
+                    "intermediate in rows of a multiple of 64 >= N ", p.intermediate);
     if (p.inter_fp8) launch_prefill<true>(p, stream);
     else launch_prefill<false>(p, stream);
     // The generic kernels below leave at once unless the inexact bit is set.

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
   extern __shared__ uint8_t pf_smem[];
-  PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, p.ib_back, nullptr, 1, p.counts,
+  PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, nullptr, nullptr, 1, p.counts,
                              p.offsets, p.num_local);
   o.b_map = &ib_map;
   o.split_acc = p.split_acc;
@@ -337,9 +337,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     return;
   }
   if (p.prefill) {
-    MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_back != nullptr && p.inexact != nullptr && p.splits == 1,
-                    "Gemm2Params.ib", "the prefill path needs the staged intermediate, its "
-                    "range factors, the inexact word and splits 1");
+    MXMOE_CHECK_ARG(p.ib != nullptr && p.inexact != nullptr && p.splits == 1,
+                    "Gemm2Params.ib", "the prefill path needs the staged intermediate, the "
+                    "inexact word and splits 1");
     with_prefill_tile(prefill_tile_tokens(p.tokens, p.top_k, p.num_local),
                       [&](auto tile) { launch_prefill<decltype(tile)::value>(p, stream); });
     // The generic kernels below leave at once unless the inexact bit is set.

@@ -300,7 +300,6 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xb = take(M * Kp * 2);
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
-    l.ib_back = take(pairs * 4);
   }
   l.total = align256(off);
   // FP8 mode: from kFp8PrefillMinTokens its staging buffers replace the exact prefill
@@ -651,6 +650,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.inexact = inexact;
     g1.split_acc = reinterpret_cast<float*>(ws + L.split_acc);
     g1.split_count = inexact + 1;
+    g1.ib = reinterpret_cast<uint16_t*>(ws + L.ib);
+    g1.ib_stride = s.d2.kc * kKChunk;
   }
   if (fp8) {
     g1.fp8 = true;
@@ -680,24 +681,15 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.splits = L.gemm2_splits;
   g2.split_stride = M * k * K;
   g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
-  // The decode kernel right after GEMM1 (launch_gemm2; the prefill and FP8 paths stage
-  // the intermediate in between).
+  // The decode kernel right after GEMM1 (launch_gemm2; the FP8 path stages the
+  // intermediate in between).
   g2.programmatic = !prefill && !fp8 && use_programmatic_launch(s.programmatic_ok, L.gemm2_splits);
   if (prefill) {
-    const StageBf16Params si{.src = g1.inter, .scale = g1.inter_scale, .fp8 = mid_fp8,
-                             .rows = M * k,
-                             .live_rows = pp.offsets + pp.num_local,  // routed rows in use
-                             .cols = N, .stride = s.d2.kc * kKChunk,
-                             .dst = reinterpret_cast<uint16_t*>(ws + L.ib),
-                             .back = reinterpret_cast<float*>(ws + L.ib_back),
-                             .flag = inexact, .flag_bit = kInexactInter};
-    launch_stage_bf16(si, st);
     g2.prefill = true;
     g2.splits = 1;  // the decode path's split reduction (WorkspaceLayout) does not apply
     g2.back = nullptr;
-    g2.ib = si.dst;
-    g2.ib_stride = si.stride;
-    g2.ib_back = si.back;
+    g2.ib = g1.ib;  // staged by GEMM1's epilogue
+    g2.ib_stride = g1.ib_stride;
     g2.inexact = inexact;
     g2.split_acc = g1.split_acc;  // GEMM1's last parts left every counter at zero
     g2.split_count = g1.split_count;

@@ -92,6 +92,21 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+/// The smallest E8M0 byte at which every value of an MXFP8 block, E4M3 code times
+/// 2^(byte - 127), is 0, NaN or a normal float (2^-9 * 2^(byte - 127) >= 2^-126): each is
+/// then exact in BF16 (3 significant bits), the float's upper half.
+inline constexpr int kE4m3NormalMinScale = 10;
+
+/// Two E4M3 codes (low byte first) times s = 2^(byte - 127) -> bf16x2, for blocks with
+/// kE4m3NormalMinScale <= byte (exact, above). The codes go through the hardware E4M3 ->
+/// f16 conversion (exact); a NaN code gives the multiply's canonical NaN.
+__device__ __forceinline__ uint32_t e4m3x2_scaled_to_bf16x2(uint32_t two, float s) {
+  const uint32_t pair = e4m3x2_to_f16x2(two);
+  const float lo = __half2float(__ushort_as_half(static_cast<uint16_t>(pair))) * s;
+  const float hi = __half2float(__ushort_as_half(static_cast<uint16_t>(pair >> 16))) * s;
+  return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);  // upper halves
+}
+
 /// One E4M3 code -> BF16 bits, exact (NaN code -> NaN).
 __device__ __forceinline__ uint32_t e4m3_to_bf16_bits(uint32_t c) {
   const uint32_t s = (c & 0x80u) << 8;
@@ -107,6 +122,12 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
 }
 
 __device__ __forceinline__ float e8m0_f(uint32_t b) { return fmt::e8m0_to_float(static_cast<uint8_t>(b)); }
+
+/// The largest E8M0 byte a B row may hold and still be folded with range factor 1 (the
+/// range guard below, and the prefill path's staged rows).
+inline constexpr int kUnitRangeMaxScale = 127 + 64;
+/// The range factor's exponent D of a row whose largest scale byte is `mx`.
+__device__ __forceinline__ int range_excess(int mx) { return max(0, mx - kUnitRangeMaxScale); }
 
 /// Range guard for B rows with huge MX scales (e.g. a token holding ±Inf: its block
 /// scale is 2^127 and its products reach ~2^135, past fp32). A row whose largest scale
@@ -131,7 +152,7 @@ __device__ __forceinline__ void b_row_range(const uint8_t* const (&bscale)[NT], 
       }
     mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const int d = max(0, mx - 127 - 64);
+    const int d = range_excess(mx);
     adj[nt] = __uint_as_float(static_cast<uint32_t>(127 - d) << 23);
     const float up = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
     back[nt][0] = __shfl_sync(0xffffffffu, up, (2 * t) * 4);
@@ -708,7 +729,7 @@ __device__ __forceinline__ void stage_b_scales(const uint8_t* const* rows_scale,
   }
   if (mx > 0) atomicMax(s_mx + r, mx);
   __syncthreads();
-  const int d = max(0, s_mx[r] - 127 - 64);
+  const int d = range_excess(s_mx[r]);
   const float adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
   if (tid < BT) s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
   for (int i = tid; i < kb_count * BT; i += nthreads) {

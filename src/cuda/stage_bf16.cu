@@ -1,9 +1,10 @@
 // stage_bf16.cu — the prefill path's operand staging: MXFP8 (or BF16) rows -> BF16 rows
 // that hold the exact dequantized values, once per forward, for the wgmma mainloop
-// (wgmma_mx.cuh) to stream with plain copies.
+// (wgmma_mx.cuh) to stream with plain copies. It stages x for GEMM1; GEMM1's prefill
+// epilogue writes the intermediate for GEMM2 in the same layout itself (gemm1_act.cu).
 //
 // Row r of `dst` holds value * 2^-D(r): D is the row's range factor exponent (the largest
-// scale byte above 127 + 64, as b_row_range and stage_b_scales take it), so a token with
+// scale byte above kUnitRangeMaxScale, mx_mma.cuh range_excess), so a token with
 // huge scales still sums in fp32 range; back[r] = 2^D is applied after the GEMM. Inside
 // each MX block of 32 the elements are stored in the order the tiled weights feed the MMA
 // (engine.h): position 16s + k' (k16 step s, MMA k index k') holds element
@@ -11,8 +12,6 @@
 // Columns past `cols` are zeros up to `stride` (a multiple of 64). A value is exact in
 // BF16 when it is 0, NaN, or a normal BF16 number (|v| >= 2^-126) that converts back to
 // itself; anything else sets the flag bit, and that GEMM runs on the generic path.
-#include <cuda_fp16.h>
-
 #include <atomic>
 #include <cstdlib>
 
@@ -52,21 +51,17 @@ __device__ __forceinline__ void e4m3_block_checked(const uint32_t (&words)[8], f
   }
 }
 
-/// The same for a block whose smallest nonzero value, 2^-9 * s, is a normal float: every
-/// product is then exact in float and in BF16 (3 significant bits), so the BF16 is the
-/// float's upper half. The codes go through the hardware E4M3 -> f16 conversion
-/// (e4m3x2_to_f16x2, exact); NaN codes give NaN, and the multiply's NaN is the same
-/// canonical one as the checked path's, so both give the same bits.
+/// The same for a block with scale byte >= kE4m3NormalMinScale (mx_mma.cuh): every value
+/// is exact in BF16, no per-value check. NaN codes give the multiply's canonical NaN, the
+/// same bits as the checked path's.
 __device__ __forceinline__ void e4m3_block_fast(const uint32_t (&words)[8], float s, uint16_t (&in)[32]) {
 #pragma unroll
   for (int w = 0; w < 8; ++w) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t pair = e4m3x2_to_f16x2(words[w] >> (16 * h));
-      const float lo = __half2float(__ushort_as_half(static_cast<uint16_t>(pair))) * s;
-      const float hi = __half2float(__ushort_as_half(static_cast<uint16_t>(pair >> 16))) * s;
-      in[4 * w + 2 * h] = static_cast<uint16_t>(__float_as_uint(lo) >> 16);
-      in[4 * w + 2 * h + 1] = static_cast<uint16_t>(__float_as_uint(hi) >> 16);
+      const uint32_t pair = e4m3x2_scaled_to_bf16x2(words[w] >> (16 * h), s);
+      in[4 * w + 2 * h] = static_cast<uint16_t>(pair);
+      in[4 * w + 2 * h + 1] = static_cast<uint16_t>(pair >> 16);
     }
   }
 }
@@ -78,7 +73,6 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const Sta
   const int64_t row = warp / warps_per_row;
   const int part = static_cast<int>(warp - row * warps_per_row);
   if (row >= p.rows) return;
-  if (p.live_rows != nullptr && row >= *p.live_rows) return;
   const int kb = static_cast<int>(p.cols / kMxBlock), kbp = static_cast<int>(p.stride / kMxBlock);
   const int b = part * kBlocksPerWarp + lane;  // this lane's MX block
   float adj = 1.0f;
@@ -94,7 +88,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const Sta
     }
 #pragma unroll
     for (int sh = 16; sh >= 1; sh >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, sh));
-    d = max(0, mx - 127 - 64);
+    d = range_excess(mx);
     adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23);
     if (part == 0 && lane == 0) p.back[row] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
   } else if (part == 0 && lane == 0) {
@@ -113,8 +107,8 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const Sta
       const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
       const int sb = p.scale[row * kb + b];
       const float s = fmt::e8m0_to_float(static_cast<uint8_t>(sb)) * adj;
-      // 2^-9 * 2^(sb - d - 127) >= 2^-126 (a NaN scale, 0xFF, passes: all NaN)
-      if (sb - d >= 10) e4m3_block_fast(words, s, in);
+      // (a NaN scale, 0xFF, passes: all NaN)
+      if (sb - d >= kE4m3NormalMinScale) e4m3_block_fast(words, s, in);
       else e4m3_block_checked(words, s, in, inexact);
     } else {
       const uint4* src = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.src) +

@@ -106,7 +106,7 @@ struct PfOperands {
   const uint16_t* b = nullptr;       // staged BF16 rows, `b_stride` elements apart
   int64_t b_stride = 0;
   const CUtensorMap* b_map = nullptr;  // the same rows as a tensor map (pf_producer_tma)
-  const float* b_back = nullptr;     // range factor per B row
+  const float* b_back = nullptr;     // range factor per B row, or null (all 1)
   const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
   int top_k = 1;                     // null: B row = routed row (GEMM2)
   const int32_t* counts = nullptr;
@@ -423,7 +423,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   float back = 1.0f;
   if (i < kTok) {
     const int row = tile.tt * kTok + i;
-    if (row < o.counts[tile.e]) back = o.b_back[pf_b_row(o, o.offsets[tile.e] + row)];
+    if (o.b_back != nullptr && row < o.counts[tile.e]) back = o.b_back[pf_b_row(o, o.offsets[tile.e] + row)];
   }
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;  // tile a's row group and m16 tile

@@ -531,6 +531,47 @@ int staged_source(int o) {
   return 8 * ((k & 7) >> 1) + 4 * s + 2 * (k >> 3) + (k & 1);
 }
 
+// The staged BF16 block of 32 (engine.h StageBf16Params), one element at a time: value =
+// code * 2^(scale - 127 - D) rounded to BF16; position 16 s + k' holds element
+// 8 ((k' % 8) / 2) + 4 s + 2 (k' / 8) + k' % 2. `exact` is cleared where BF16 cannot hold
+// a value (under 2^-126, or rounded).
+struct StagedRow {
+  std::vector<uint16_t> bf16;  // [stride]
+  float back = 1.0f;
+  bool exact = true;
+};
+StagedRow stage_row_model(const uint8_t* codes, const uint8_t* scale, const uint16_t* bf16_src, int64_t cols,
+                          int64_t stride) {
+  StagedRow r;
+  r.bf16.assign(stride, 0);
+  const int64_t kb = cols / 32;
+  float adj = 1.0f;
+  if (codes) {
+    int mx = 0;
+    for (int64_t b = 0; b < kb; ++b)
+      if (scale[b] != 0xFF) mx = std::max<int>(mx, scale[b]);
+    const int d = std::max(0, mx - 127 - 64);
+    adj = std::ldexp(1.0f, -d);
+    r.back = std::ldexp(1.0f, d);
+  }
+  for (int64_t b = 0; b < kb; ++b)
+    for (int o = 0; o < 32; ++o) {
+      const int64_t src = 32 * b + staged_source(o);
+      uint16_t v;
+      if (codes) {
+        const float f = fmt::e4m3_to_float(codes[src]) * (fmt::e8m0_to_float(scale[b]) * adj);
+        v = fmt::float_to_bf16(f);
+        const bool ok = f == 0.0f ? (codes[src] & 0x7F) == 0
+                                  : std::isnan(f) || (std::fabs(f) >= 0x1p-126f && fmt::bf16_to_float(v) == f);
+        r.exact = r.exact && ok;
+      } else {
+        v = bf16_src[src];
+      }
+      r.bf16[32 * b + o] = v;
+    }
+  return r;
+}
+
 // Prefill GEMMs (GEMM1, GEMM2) of the stage cases whose launch split its last wave
 // (heuristics.h pf_split_parts), so that the test can tell it covered that path.
 int g_split_launches = 0;
@@ -653,7 +694,22 @@ void run_gemm1_stage(const StageCase& sc) {
           ADD_FAILURE() << "staged x token " << t << " col " << c << ": " << got << " vs " << want;
       }
     EXPECT_EQ(stage_bad, 0);
+    // GEMM1's prefill epilogue writes the intermediate only as GEMM2's staged rows (checked
+    // below); the generic GEMM1 (tiny_block) writes the intermediate itself and sets the bit.
+    EXPECT_EQ(inexact & cd::kInexactInter, sc.tiny_block ? cd::kInexactInter : 0u) << "intermediate inexact bit";
   }
+
+  // Where GEMM1 left the intermediate: in GEMM2's staged BF16 rows (prefill path: the
+  // staging layout, stage_row_model, with range factor 1), or as MXFP8 / BF16 rows.
+  const bool staged_mid = prefill && !sc.tiny_block;
+  const int64_t Np = (N + 63) / 64 * 64;
+  int staged_pos[32];  // position of element i in a staged block
+  for (int o = 0; o < 32; ++o) staged_pos[staged_source(o)] = o;
+  auto staged_bits = [&](int64_t row, int64_t n) {
+    uint16_t b;
+    std::memcpy(&b, wsh.data() + L.ib + (row * Np + n / 32 * 32 + staged_pos[n % 32]) * 2, 2);
+    return b;
+  };
 
   // CPU: rows per local expert in (token, slot) order.
   const int el = 4;
@@ -681,6 +737,27 @@ void run_gemm1_stage(const StageCase& sc) {
                                         static_cast<float>(acc[1]), cfg.activation.alpha.empty() ? 0.f : cfg.activation.alpha_of(e),
                                         cfg.activation.beta.empty() ? 0.f : cfg.activation.beta_of(e),
                                         cfg.activation.limit.empty() ? 0.f : cfg.activation.limit_of(e));
+      }
+      if (staged_mid) {
+        // The staged row of this intermediate, bit for bit (NaN as NaN), padding included.
+        std::vector<uint8_t> codes(N), scale(N / 32);
+        std::vector<uint16_t> b16(N);
+        for (int64_t b = 0; b < N / 32; ++b) fmt::quantize_block_e4m3(h.data() + b * 32, &codes[b * 32], &scale[b]);
+        for (int64_t n = 0; n < N; ++n) b16[n] = fmt::float_to_bf16(h[n]);
+        const StagedRow want = stage_row_model(sc.mid_fp8 ? codes.data() : nullptr,
+                                               sc.mid_fp8 ? scale.data() : nullptr, b16.data(), N, Np);
+        EXPECT_TRUE(want.exact && want.back == 1.0f) << "row " << row << ": the case needs the generic path";
+        for (int64_t o = 0; o < Np; ++o) {
+          uint16_t got;
+          std::memcpy(&got, wsh.data() + L.ib + (row * Np + o) * 2, 2);
+          const uint16_t w16 = want.bf16[o];
+          const bool same = fmt::is_nan(fmt::bf16_to_float(w16)) ? fmt::is_nan(fmt::bf16_to_float(got)) : got == w16;
+          if (!same && bad++ < 3)
+            ADD_FAILURE() << "staged intermediate row " << row << " position " << o << ": 0x" << std::hex << got
+                          << " vs 0x" << w16;
+        }
+        ++row;
+        continue;
       }
       for (int64_t b = 0; b < N / 32; ++b) {
         if (sc.mid_fp8) {
@@ -715,7 +792,9 @@ void run_gemm1_stage(const StageCase& sc) {
         double ref = sc.bias ? w.w2_bias[e * K + c] : 0.0, mag = std::fabs(ref);
         for (int64_t n = 0; n < N; ++n) {
           double h;
-          if (sc.mid_fp8) {
+          if (staged_mid) {
+            h = fmt::bf16_to_float(staged_bits(row, n));
+          } else if (sc.mid_fp8) {
             h = fmt::dequant_e4m3(wsh[L.inter + row * N + n], wsh[L.inter_scale + row * (N / 32) + n / 32]);
           } else {
             uint16_t b;
@@ -1359,53 +1438,11 @@ TEST(Layer, OutOfRangeIdsAreSkippedAndFlagged) {
 
 // ---------------------------------------------------------------- prefill operand staging
 
-// The staged BF16 block of 32 (engine.h StageBf16Params), one element at a time: value =
-// code * 2^(scale - 127 - D) rounded to BF16; position 16 s + k' holds element
-// 8 ((k' % 8) / 2) + 4 s + 2 (k' / 8) + k' % 2. `exact` is cleared where BF16 cannot hold
-// a value (under 2^-126, or rounded).
-struct StagedRow {
-  std::vector<uint16_t> bf16;  // [stride]
-  float back = 1.0f;
-  bool exact = true;
-};
-StagedRow stage_row_model(const uint8_t* codes, const uint8_t* scale, const uint16_t* bf16_src, int64_t cols,
-                          int64_t stride) {
-  StagedRow r;
-  r.bf16.assign(stride, 0);
-  const int64_t kb = cols / 32;
-  float adj = 1.0f;
-  if (codes) {
-    int mx = 0;
-    for (int64_t b = 0; b < kb; ++b)
-      if (scale[b] != 0xFF) mx = std::max<int>(mx, scale[b]);
-    const int d = std::max(0, mx - 127 - 64);
-    adj = std::ldexp(1.0f, -d);
-    r.back = std::ldexp(1.0f, d);
-  }
-  for (int64_t b = 0; b < kb; ++b)
-    for (int o = 0; o < 32; ++o) {
-      const int s = o / 16, k = o % 16;
-      const int64_t src = 32 * b + 8 * ((k % 8) / 2) + 4 * s + 2 * (k / 8) + k % 2;
-      uint16_t v;
-      if (codes) {
-        const float f = fmt::e4m3_to_float(codes[src]) * (fmt::e8m0_to_float(scale[b]) * adj);
-        v = fmt::float_to_bf16(f);
-        const bool ok = f == 0.0f ? (codes[src] & 0x7F) == 0
-                                  : std::isnan(f) || (std::fabs(f) >= 0x1p-126f && fmt::bf16_to_float(v) == f);
-        r.exact = r.exact && ok;
-      } else {
-        v = bf16_src[src];
-      }
-      r.bf16[32 * b + o] = v;
-    }
-  return r;
-}
-
 // stage_bf16 against stage_row_model: MXFP8 rows with scales that take the fast path and
 // the checked one (tiny scales: values under 2^-126, flagged), rows whose scales need a
 // range factor (D > 0), NaN codes and NaN scales, all-zero blocks; BF16 rows; a row
-// split over two warps (> 32 blocks) with padding to `stride`; rows past live_rows left
-// untouched. NaN compares as NaN (the GPU's multiply gives the canonical NaN).
+// split over two warps (> 32 blocks) with padding to `stride`. NaN compares as NaN (the
+// GPU's multiply gives the canonical NaN).
 TEST(StageBf16, BitExactAgainstScalarModel) {
   REQUIRE_GPU();
   struct Case {
@@ -1420,7 +1457,7 @@ TEST(StageBf16, BitExactAgainstScalarModel) {
                         {"bf16", false, 1120, 1152, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const int64_t rows = 45, live = 41, kb = c.cols / 32;
+    const int64_t rows = 45, kb = c.cols / 32;
     Rng rng(static_cast<uint64_t>(c.cols) * 7 + c.tiny);
     std::vector<uint8_t> codes(rows * c.cols), scale(rows * kb);
     std::vector<uint16_t> bsrc(rows * c.cols);
@@ -1442,13 +1479,12 @@ TEST(StageBf16, BitExactAgainstScalarModel) {
     Dev<uint16_t> dbsrc(bsrc), dst(rows * c.stride);
     Dev<float> dback(rows);
     Dev<uint32_t> dflag(1);
-    Dev<int32_t> dlive(std::vector<int32_t>{static_cast<int32_t>(live)});
     cudaMemset(dst.p, 0xAA, dst.n * 2);
     cudaMemset(dback.p, 0xFF, dback.n * 4);
     cudaMemset(dflag.p, 0, 4);
     const cd::StageBf16Params p{.src = c.fp8 ? static_cast<const void*>(dcodes.p) : dbsrc.p,
                                 .scale = c.fp8 ? dscale.p : nullptr, .fp8 = c.fp8, .rows = rows,
-                                .live_rows = dlive.p, .cols = c.cols, .stride = c.stride, .dst = dst.p,
+                                .cols = c.cols, .stride = c.stride, .dst = dst.p,
                                 .back = dback.p, .flag = dflag.p, .flag_bit = 4};
     cd::launch_stage_bf16(p, nullptr);
     CK(cudaDeviceSynchronize());
@@ -1457,11 +1493,6 @@ TEST(StageBf16, BitExactAgainstScalarModel) {
     bool exact = true;
     int64_t bad = 0, nans = 0, ranged = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      if (r >= live) {
-        for (int64_t i = 0; i < c.stride; ++i)
-          if (got[r * c.stride + i] != 0xAAAA && ++bad <= 5) ADD_FAILURE() << "row " << r << " past live_rows written";
-        continue;
-      }
       const StagedRow want = stage_row_model(c.fp8 ? &codes[r * c.cols] : nullptr, c.fp8 ? &scale[r * kb] : nullptr,
                                              &bsrc[r * c.cols], c.cols, c.stride);
       exact = exact && want.exact;
