@@ -514,6 +514,8 @@ struct StageCase {
   int split_gemm = 0;       // 1 / 2: MXMOE_PREFILL_CTAS picked so that this GEMM's last
                             // wave splits: >= 2 tiles in >= 3 parts each
                             // (heuristics.h pf_split_parts)
+  bool tiny_mid = false;    // x scaled 2^-64 (exact in BF16): intermediate blocks under
+                            // scale byte 10, which GEMM2's staged rows do not take
 };
 
 bool prefill_expected(int64_t M, bool decode_only = false) {
@@ -616,6 +618,8 @@ void run_gemm1_stage(const StageCase& sc) {
   }
   for (auto& v : xs) v = static_cast<uint8_t>(126 + rng.below(3));
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
+  if (sc.tiny_mid)
+    for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
   const Routing routing = random_routing(M, k, {0, 2, 4, 5, 7, 3}, 300 + M, true);  // 6 unused
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
@@ -676,8 +680,9 @@ void run_gemm1_stage(const StageCase& sc) {
     }
     int count[4];
     std::memcpy(count, wsh.data() + L.counts, sizeof count);  // i32 per local expert
+    // (GEMM2 runs generic when GEMM1 did, or when the intermediate could not be staged.)
     if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile) > 1;
-    g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, K), ctas, k_chunks(N), tile) > 1;
+    if (!sc.tiny_block && !sc.tiny_mid) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, K), ctas, k_chunks(N), tile) > 1;
     const int64_t Kp = (K + 63) / 64 * 64;
     int64_t stage_bad = 0;
     for (int64_t t = 0; t < M && !sc.tiny_block; ++t)
@@ -695,13 +700,15 @@ void run_gemm1_stage(const StageCase& sc) {
       }
     EXPECT_EQ(stage_bad, 0);
     // GEMM1's prefill epilogue writes the intermediate only as GEMM2's staged rows (checked
-    // below); the generic GEMM1 (tiny_block) writes the intermediate itself and sets the bit.
-    EXPECT_EQ(inexact & cd::kInexactInter, sc.tiny_block ? cd::kInexactInter : 0u) << "intermediate inexact bit";
+    // below), or sets the bit where those cannot hold it (tiny_mid); then, as after an
+    // inexact x (tiny_block), the generic GEMM1 writes the intermediate and GEMM2 runs generic.
+    EXPECT_EQ(inexact & cd::kInexactInter, sc.tiny_block || sc.tiny_mid ? cd::kInexactInter : 0u)
+        << "intermediate inexact bit";
   }
 
   // Where GEMM1 left the intermediate: in GEMM2's staged BF16 rows (prefill path: the
   // staging layout, stage_row_model, with range factor 1), or as MXFP8 / BF16 rows.
-  const bool staged_mid = prefill && !sc.tiny_block;
+  const bool staged_mid = prefill && !sc.tiny_block && !sc.tiny_mid;
   const int64_t Np = (N + 63) / 64 * 64;
   int staged_pos[32];  // position of element i in a staged block
   for (int o = 0; o < 32; ++o) staged_pos[staged_source(o)] = o;
@@ -838,6 +845,10 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiLU_Gated, false, false, false, 140, 64, 160},
       {Activation::SiTU, false, true, false, 129, 192, 64},
       {Activation::SiTU, true, false, false, 150, 128, 64, true},
+      // An intermediate too small for the staged rows (SiLU-gated, g * u / 2 ~ 2^-116: block
+      // amax under 2^-109, i.e. scale byte < 10; a few values are fp32 subnormals):
+      // the prefill GEMM1 flags it, the generic GEMM1 writes it, GEMM2 runs generic.
+      {Activation::SiLU_Gated, true, true, false, 150, 128, 64, false, 0, 0, false, 0, true},
       // 2 and 3 CTAs over 8-16 tiles of 18-28 chunks (more than the ring holds): both
       // consumers' turns and the ring's wrap-around inside and across tiles.
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2},
