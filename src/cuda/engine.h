@@ -280,7 +280,7 @@ struct FinalizeParams {
 };
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream);
 
-/// Prefill path operand staging (stage_bf16.cu): rows of E4M3 codes + E8M0 scales (or
+/// Prefill path operand staging of x (stage_bf16.cu): rows of E4M3 codes + E8M0 scales (or
 /// BF16) -> BF16 rows holding value * 2^-D exactly (D the row's range factor exponent, as
 /// b_row_range), K-permuted inside each MX block like the tiled weights (wgmma_mx.cuh),
 /// zero-padded to `stride`; back[row] = 2^D. A value BF16 cannot hold exactly (|v| under

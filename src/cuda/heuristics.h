@@ -219,9 +219,11 @@ MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
   return fp8_mode && tokens >= kFp8PrefillMinTokens;
 }
-/// Bits of the prefill path's per-forward word: an activation row (x) or an intermediate
-/// row held a value that BF16 cannot hold exactly (stage_bf16.cu), so that GEMM runs on
-/// the generic path instead (both kernels are launched; each reads the bit and one exits).
+/// Bits of the prefill path's per-forward word: an activation row (x, stage_bf16.cu) or
+/// an intermediate block (GEMM1's prefill epilogue) held a value that the staged BF16 rows
+/// cannot hold exactly, so that GEMM runs on the generic path instead (both kernels are
+/// launched; each reads the bit and one exits). kInexactInter also runs the generic
+/// GEMM1, which writes the intermediate that GEMM2's generic kernel reads.
 inline constexpr uint32_t kInexactX = 1u;
 inline constexpr uint32_t kInexactInter = 2u;
 /// Bytes of the prefill path's per-forward words in the workspace: that word, then the

@@ -3,10 +3,11 @@
 //
 // Exactness: both operands reach the tensor cores as BF16 holding the exact dequantized
 // MX values (scale included): the weights through fp4x8_to_bf16_scaled in registers, the
-// activations (x for GEMM1, the intermediate for GEMM2) through stage_bf16.cu, which
-// writes them once per forward as BF16 rows (row range factor 2^-D folded in, as the
-// other paths do) and flags any value BF16 cannot hold, sending that GEMM to the generic
-// path. So every product is exact and only the fp32 summation order differs (SPEC §7).
+// activations as staged BF16 rows: x through stage_bf16.cu, once per forward (row range
+// factor 2^-D folded in, as the other paths do), the intermediate written in the same
+// layout by GEMM1's prefill epilogue (range factor 1). A value BF16 cannot hold that way
+// sets a flag that sends the GEMM (for the intermediate, both GEMMs) to the generic path.
+// So every product is exact and only the fp32 summation order differs (SPEC §7).
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
 //   warpgroup 0 (producer, 56 registers): each 64-K chunk into a ring of kPfStages shared
