@@ -280,12 +280,10 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   o.split_count = p.split_count;
   pf_run<false, kTok, kTok == kPfTokens>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
                                       const PfTile& tile, int wg, const PfRing& ring) {
-    const float* s_back = ring.back + wg * kPfTokens;
-    named_barrier_sync(1 + wg, 128);  // s_back (copied by the whole warpgroup) is complete
+    // The staged intermediate has range factor 1 (GEMM1's epilogue): no ring.back to read.
     const int rg = tile.rb * kPfRowGroups + 2 * wg;
-    pf_store_y<kTok>(p, acc_a, rg, tile, s_back);
-    pf_store_y<kTok>(p, acc_b, rg + 1, tile, s_back);
-    named_barrier_sync(1 + wg, 128);  // s_back is rewritten for the next tile
+    pf_store_y<kTok>(p, acc_a, rg, tile, nullptr);
+    pf_store_y<kTok>(p, acc_b, rg + 1, tile, nullptr);
   });
 #endif
 }
