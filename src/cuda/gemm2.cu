@@ -222,11 +222,13 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 
 // Prefill path (heuristics.h use_prefill, wgmma_mx.cuh): consumer warp w of warpgroup wg
 // holds output columns 64 rg + 16 w + 8 h + g of row groups rg = 4 rb + 2 wg (acc_a) and
-// + 1 (acc_b) for kTok routed rows; each row is scaled by its range factor, plus the bias.
+// + 1 (acc_b) for kTok routed rows, plus the bias. No range factor: the staged
+// intermediate has factor 1 (GEMM1's prefill epilogue), and the FP8 kernel applies every
+// scale in its promotion.
 #if defined(MXMOE_SM90A)
 template <int kTok = kPfTokens>
 __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[kTok / 2], int rg,
-                                           const PfTile& tile, const float* s_back) {
+                                           const PfTile& tile) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int count = p.counts[tile.e], off = p.offsets[tile.e];
@@ -239,13 +241,12 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
       const int row = tile.tt * kTok + 8 * j + 2 * t + c;
       if (row >= count) continue;
       const int64_t grow = off + row;
-      const float back = s_back != nullptr ? s_back[8 * j + 2 * t + c] : 1.0f;
       float* yr = p.y + grow * K;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t col = 64 * static_cast<int64_t>(rg) + 16 * warp + 8 * h + g;
         if (col >= K) continue;
-        float v = acc[4 * j + 2 * h + c] * back;
+        float v = acc[4 * j + 2 * h + c];
         if (bias) v = v + bias[col];
         yr[col] = v;
       }
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Par
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
   f8_run(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
-    pf_store_y(p, acc, tile.rb * 2 + wg, tile, nullptr);
+    pf_store_y(p, acc, tile.rb * 2 + wg, tile);
   });
 #endif
 }
@@ -279,11 +280,10 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   o.split_acc = p.split_acc;
   o.split_count = p.split_count;
   pf_run<false, kTok, kTok == kPfTokens>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
-                                      const PfTile& tile, int wg, const PfRing& ring) {
-    // The staged intermediate has range factor 1 (GEMM1's epilogue): no ring.back to read.
+                                      const PfTile& tile, int wg, const PfRing&) {
     const int rg = tile.rb * kPfRowGroups + 2 * wg;
-    pf_store_y<kTok>(p, acc_a, rg, tile, nullptr);
-    pf_store_y<kTok>(p, acc_b, rg + 1, tile, nullptr);
+    pf_store_y<kTok>(p, acc_a, rg, tile);
+    pf_store_y<kTok>(p, acc_b, rg + 1, tile);
   });
 #endif
 }

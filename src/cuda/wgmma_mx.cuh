@@ -412,8 +412,9 @@ __device__ __forceinline__ void pf_chunk_mma(float (&acc_a)[kN], float (&acc_b)[
 /// exchange.
 /// Otherwise (GEMM2): row groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks
 /// the ring's chunks in the producer's sequence. The tile's kTok range factors go to the
-/// warpgroup's own ring.back[wg] after the last chunk (read by its epilogue after a
-/// warpgroup barrier): thread i loads row i's before the first chunk, so the two dependent
+/// warpgroup's own ring.back[wg] after the last chunk (GEMM1's epilogue reads them after a
+/// warpgroup barrier; GEMM2's operand has none, b_back null, and its epilogue reads
+/// nothing there): thread i loads row i's before the first chunk, so the two dependent
 /// global loads (row map, factor) land under the mainloop.
 template <bool kGated, int kTok>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
