@@ -15,6 +15,7 @@
 // The MXFP8 block of 32 columns of one token is spread over the 8 lanes with the same t:
 // amax by 3 xor-shuffles, then the formats.h scale rule and E4M3 rounding.
 #include <algorithm>
+#include <type_traits>
 
 #include "common.cuh"
 #include "engine.h"
@@ -277,18 +278,26 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // unrolled (128 tokens) it was 64 activations of straight-line code (about 21k
 // instructions, 330 KB) run once per tile, so the warps stalled on instruction fetch.
 // Registers cannot be indexed at run time, so the accumulators rotate instead: the two
-// blocks an iteration works on always sit in slots 0..7, and after the last iteration
-// acc_g is back in place, holding the activations (acc_u is spent).
+// blocks an iteration works on always sit in the same slots, and after the last iteration
+// acc_g is back in place, holding the activations (acc_u is spent). The exact path runs
+// two such loops, one per half of the tile, each rotating only its half: a rotation costs
+// a move per slot it turns, 16 per activation over the whole tile and 8 over a half.
 #if defined(MXMOE_SM90A)
-template <int kBlocks, int kN>
-__device__ __forceinline__ void rotate_down(float (&a)[kN]) {
+// Rotates a[kFirst, kFirst + kLen) down by kBlocks token blocks (4 slots each).
+template <int kBlocks, int kFirst, int kLen, int kN>
+__device__ __forceinline__ void rotate_down_range(float (&a)[kN]) {
+  static_assert(kFirst + kLen <= kN && 4 * kBlocks <= kLen, "rotation past the array");
   float first[4 * kBlocks];
 #pragma unroll
-  for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[i];
+  for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[kFirst + i];
 #pragma unroll
-  for (int i = 0; i + 4 * kBlocks < kN; ++i) a[i] = a[i + 4 * kBlocks];
+  for (int i = kFirst; i + 4 * kBlocks < kFirst + kLen; ++i) a[i] = a[i + 4 * kBlocks];
 #pragma unroll
-  for (int i = 0; i < 4 * kBlocks; ++i) a[kN - 4 * kBlocks + i] = first[i];
+  for (int i = 0; i < 4 * kBlocks; ++i) a[kFirst + kLen - 4 * kBlocks + i] = first[i];
+}
+template <int kBlocks, int kN>
+__device__ __forceinline__ void rotate_down(float (&a)[kN]) {
+  rotate_down_range<kBlocks, 0, kN>(a);
 }
 
 // The E8M0 scale (and its inverse) of each of a tile's token columns, computed once per
@@ -362,40 +371,48 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
   const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
+  // One rolled loop per half of the tile (kHalf: its first block is kHalf * kHalfBlocks).
+  constexpr int kHalfBlocks = kTok / 16;
+  auto pass1_half = [&](auto half_c) {
+    constexpr int kHalf = decltype(half_c)::value;
+    constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
 #pragma unroll 1
-  for (int j0 = 0; j0 < kTok / 8; j0 += kStep) {
+    for (int j0 = kHalfBlocks * kHalf; j0 < kHalfBlocks * (kHalf + 1); j0 += kStep) {
 #pragma unroll
-    for (int jj = 0; jj < kStep; ++jj) {
-      const int j = j0 + jj;
-      if (8 * j >= rows_left) continue;
+      for (int jj = 0; jj < kStep; ++jj) {
+        const int j = j0 + jj;
+        if (8 * j >= rows_left) continue;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float back = s_back[8 * j + 2 * t + c];
-        float amax = 0.0f;
+        for (int c = 0; c < 2; ++c) {
+          const float back = s_back[8 * j + 2 * t + c];
+          float amax = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int slot = 4 * jj + 2 * h + c;
-          float gate = acc_g[slot] * back;
-          float up = acc_u[slot] * back;
-          if (bias) {
-            gate = gate + bias_g[h];
-            up = up + bias_u[h];
+          for (int h = 0; h < 2; ++h) {
+            const int slot = kFirstSlot + 4 * jj + 2 * h + c;
+            float gate = acc_g[slot] * back;
+            float up = acc_u[slot] * back;
+            if (bias) {
+              gate = gate + bias_g[h];
+              up = up + bias_u[h];
+            }
+            const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+            acc_g[slot] = v;
+            amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
           }
-          const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
-          acc_g[slot] = v;
-          amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
-        }
-        if constexpr (kFp8Inter) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-          if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+          if constexpr (kFp8Inter) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+            if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+          }
         }
       }
+      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc_g);
+      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc_u);  // a shift would do, same cost
     }
-    rotate_down<kStep>(acc_g);
-    rotate_down<kStep>(acc_u);  // only its first slots are read: a shift would do, same cost
-  }
+  };
+  pass1_half(std::integral_constant<int, 0>{});
+  pass1_half(std::integral_constant<int, 1>{});
   [[maybe_unused]] ColumnScales<kTok> scales;
   if constexpr (kFp8Inter) {
     named_barrier_sync(barrier, 128);
@@ -483,7 +500,12 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.
     switch (p.activation) {
-      case 0: pf_store_activated<kFp8Inter, 0, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
+      case 0:  // SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits (activation_math.h)
+        if (p.alpha[tile.e] == 4.0f)
+          pf_store_activated<kFp8Inter, am::kActSituAlpha4, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+        else
+          pf_store_activated<kFp8Inter, am::kActSituOtherAlpha, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+        break;
       case 1: pf_store_activated<kFp8Inter, 1, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
       default: pf_store_activated<kFp8Inter, 2, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
     }
@@ -589,7 +611,10 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Par
                      .num_local = p.num_local};
   f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
     switch (p.activation) {
-      case 0: f8_store_activated<0>(p, acc, tile, wg, ring.amax); break;
+      case 0:  // SiTU, as gemm1_prefill_kernel
+        if (p.alpha[tile.e] == 4.0f) f8_store_activated<am::kActSituAlpha4>(p, acc, tile, wg, ring.amax);
+        else f8_store_activated<am::kActSituOtherAlpha>(p, acc, tile, wg, ring.amax);
+        break;
       case 1: f8_store_activated<1>(p, acc, tile, wg, ring.amax); break;
       default: f8_store_activated<2>(p, acc, tile, wg, ring.amax); break;
     }
