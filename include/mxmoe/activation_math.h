@@ -263,11 +263,14 @@ MXMOE_HD float gated_activation_t(float g, float u, float alpha, float beta, flo
   else return silu_gated_f32(g, u);
 }
 
-/// Dispatch on the activation kind (as above; any other value is SiLU_Gated).
+/// Dispatch on the activation kind (as above, SiTU's two forms included; any other value is
+/// SiLU_Gated).
 MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
                                     float limit) {
   switch (kind) {
     case 0: return gated_activation_t<0>(g, u, alpha, beta, limit);
+    case kActSituAlpha4: return gated_activation_t<kActSituAlpha4>(g, u, alpha, beta, limit);
+    case kActSituOtherAlpha: return gated_activation_t<kActSituOtherAlpha>(g, u, alpha, beta, limit);
     case 1: return gated_activation_t<1>(g, u, alpha, beta, limit);
     default: return gated_activation_t<2>(g, u, alpha, beta, limit);
   }

@@ -279,9 +279,10 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // instructions, 330 KB) run once per tile, so the warps stalled on instruction fetch.
 // Registers cannot be indexed at run time, so the accumulators rotate instead: the two
 // blocks an iteration works on always sit in the same slots, and after the last iteration
-// acc_g is back in place, holding the activations (acc_u is spent). The exact path runs
-// two such loops, one per half of the tile, each rotating only its half: a rotation costs
-// a move per slot it turns, 16 per activation over the whole tile and 8 over a half.
+// acc_g is back in place, holding the activations (acc_u is spent). The exact path's
+// 128-token tile runs two such loops, one per half of the tile, each rotating only its
+// half: a rotation costs a move per slot it turns, 16 per activation over the whole tile
+// and 8 over a half.
 #if defined(MXMOE_SM90A)
 // Rotates a[kFirst, kFirst + kLen) down by kBlocks token blocks (4 slots each).
 template <int kBlocks, int kFirst, int kLen, int kN>
@@ -371,8 +372,12 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
   const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
-  // One rolled loop per half of the tile (kHalf: its first block is kHalf * kHalfBlocks).
-  constexpr int kHalfBlocks = kTok / 16;
+  // 128-token tiles: one rolled loop per half of the tile (kHalf: its first block is
+  // kHalf * kHalfBlocks). Smaller tiles keep one loop: their loops run 1 or 2 times, so
+  // the second loop's code is fetched cold for every tile (M=32: GEMM1 +7%,
+  // PERFORMANCE.md session 19), which costs more than the moves it saves.
+  constexpr int kHalves = kTok == 128 ? 2 : 1;
+  constexpr int kHalfBlocks = kTok / 8 / kHalves;
   auto pass1_half = [&](auto half_c) {
     constexpr int kHalf = decltype(half_c)::value;
     constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
@@ -412,7 +417,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
     }
   };
   pass1_half(std::integral_constant<int, 0>{});
-  pass1_half(std::integral_constant<int, 1>{});
+  if constexpr (kHalves == 2) pass1_half(std::integral_constant<int, 1>{});
   [[maybe_unused]] ColumnScales<kTok> scales;
   if constexpr (kFp8Inter) {
     named_barrier_sync(barrier, 128);
@@ -499,12 +504,17 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
                                      const PfTile& tile, int wg, const PfRing& ring) {
     // One epilogue per activation kind, chosen here: the loop bodies stay free of the
     // other kinds' code.
-    switch (p.activation) {
-      case 0:  // SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits (activation_math.h)
-        if (p.alpha[tile.e] == 4.0f)
-          pf_store_activated<kFp8Inter, am::kActSituAlpha4, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
-        else
-          pf_store_activated<kFp8Inter, am::kActSituOtherAlpha, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+    // SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits (activation_math.h).
+    // The layer resolves the form when all local experts agree; otherwise (kind 0) the
+    // tile's expert's alpha decides.
+    int act = p.activation;
+    if (act == 0) act = p.alpha[tile.e] == 4.0f ? am::kActSituAlpha4 : am::kActSituOtherAlpha;
+    switch (act) {
+      case am::kActSituAlpha4:
+        pf_store_activated<kFp8Inter, am::kActSituAlpha4, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+        break;
+      case am::kActSituOtherAlpha:
+        pf_store_activated<kFp8Inter, am::kActSituOtherAlpha, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
         break;
       case 1: pf_store_activated<kFp8Inter, 1, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
       default: pf_store_activated<kFp8Inter, 2, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
@@ -610,11 +620,11 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Par
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
   f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
-    switch (p.activation) {
-      case 0:  // SiTU, as gemm1_prefill_kernel
-        if (p.alpha[tile.e] == 4.0f) f8_store_activated<am::kActSituAlpha4>(p, acc, tile, wg, ring.amax);
-        else f8_store_activated<am::kActSituOtherAlpha>(p, acc, tile, wg, ring.amax);
-        break;
+    int act = p.activation;  // SiTU's form, as gemm1_prefill_kernel
+    if (act == 0) act = p.alpha[tile.e] == 4.0f ? am::kActSituAlpha4 : am::kActSituOtherAlpha;
+    switch (act) {
+      case am::kActSituAlpha4: f8_store_activated<am::kActSituAlpha4>(p, acc, tile, wg, ring.amax); break;
+      case am::kActSituOtherAlpha: f8_store_activated<am::kActSituOtherAlpha>(p, acc, tile, wg, ring.amax); break;
       case 1: f8_store_activated<1>(p, acc, tile, wg, ring.amax); break;
       default: f8_store_activated<2>(p, acc, tile, wg, ring.amax); break;
     }
