@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "mxmoe/formats.h"
 
@@ -263,17 +264,30 @@ MXMOE_HD float gated_activation_t(float g, float u, float alpha, float beta, flo
   else return silu_gated_f32(g, u);
 }
 
-/// Dispatch on the activation kind (as above, SiTU's two forms included; any other value is
-/// SiLU_Gated).
+/// Calls f(std::integral_constant<int, K>{}) with K the form of activation `kind` (a
+/// mxmoe::Activation value, or kActSituAlpha4 / kActSituOtherAlpha; any other value is
+/// SiLU_Gated), so that kernels dispatch once outside their loops and run one form's code
+/// straight through. SiTU's kind 0 takes its form from the expert's alpha, alpha_of(),
+/// which is called only then (the prefill epilogues load it from global memory).
+template <class AlphaOf, class F>
+MXMOE_HD void with_activation_form(int kind, AlphaOf&& alpha_of, F&& f) {
+  if (kind == 0) kind = alpha_of() == 4.0f ? kActSituAlpha4 : kActSituOtherAlpha;
+  switch (kind) {
+    case kActSituAlpha4: f(std::integral_constant<int, kActSituAlpha4>{}); break;
+    case kActSituOtherAlpha: f(std::integral_constant<int, kActSituOtherAlpha>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    default: f(std::integral_constant<int, 2>{}); break;
+  }
+}
+
+/// The activation of kind `kind` (as with_activation_form) at one point.
 MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
                                     float limit) {
-  switch (kind) {
-    case 0: return gated_activation_t<0>(g, u, alpha, beta, limit);
-    case kActSituAlpha4: return gated_activation_t<kActSituAlpha4>(g, u, alpha, beta, limit);
-    case kActSituOtherAlpha: return gated_activation_t<kActSituOtherAlpha>(g, u, alpha, beta, limit);
-    case 1: return gated_activation_t<1>(g, u, alpha, beta, limit);
-    default: return gated_activation_t<2>(g, u, alpha, beta, limit);
-  }
+  float v = 0.0f;
+  with_activation_form(kind, [&] { return alpha; }, [&](auto form) {
+    v = gated_activation_t<decltype(form)::value>(g, u, alpha, beta, limit);
+  });
+  return v;
 }
 
 }  // namespace am

@@ -34,7 +34,7 @@ namespace {
 /// i + 2 = up of this warp's group of 32 intermediate columns), then the intermediate in
 /// BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes holding the row,
 /// ignoring NaN as fmt::block_amax does). Every lane of the warp calls it (shuffles).
-template <int NT, bool kFp8Inter>
+template <int NT, bool kFp8Inter, int kAct>
 __device__ __forceinline__ void store_activated(const Gemm1Params& p, const float (&acc)[4][NT][4],
                                                 int nt, int c, float back, int64_t grow,
                                                 bool valid, int rg, const float* bias,
@@ -54,7 +54,7 @@ __device__ __forceinline__ void store_activated(const Gemm1Params& p, const floa
         gate = gate + bias[lr];
         up = up + bias[32 + lr];
       }
-      v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+      v[i][h] = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
     }
   if constexpr (kFp8Inter) {
     float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])), fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
@@ -136,14 +136,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
     if constexpr (kFp8X) b_row_range<NT>(bsc, static_cast<int>(K / kMxBlock), adj, back);
     warp_mma_mx<NT, kFp8X>(acc, wp, ws, p.w13.kc, static_cast<int>(K / kMxBlock), brow, bsc, adj);
 
+    // One activation form for the whole epilogue (its code runs straight through).
+    am::with_activation_form(p.activation, [&] { return alpha; }, [&](auto form) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int r = tile * BT + nt * 8 + 2 * t + c;
-        store_activated<NT, kFp8Inter>(p, acc, nt, c, back[nt][c], off + r, r < count, rg, bias,
-                                       alpha, beta, limit);
-      }
+        for (int c = 0; c < 2; ++c) {
+          const int r = tile * BT + nt * 8 + 2 * t + c;
+          store_activated<NT, kFp8Inter, decltype(form)::value>(p, acc, nt, c, back[nt][c], off + r,
+                                                                 r < count, rg, bias, alpha, beta, limit);
+        }
+    });
   }
 }
 
@@ -215,14 +218,17 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
       const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
 
+      am::with_activation_form(p.activation, [&] { return alpha; }, [&](auto form) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int r = tile * BT + nt * 8 + 2 * t + c;
-          store_activated<NT, kFp8Inter>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
-                                         r < count, rg, bias, alpha, beta, limit);
-        }
+          for (int c = 0; c < 2; ++c) {
+            const int r = tile * BT + nt * 8 + 2 * t + c;
+            store_activated<NT, kFp8Inter, decltype(form)::value>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c],
+                                                                   off + r, r < count, rg, bias, alpha, beta,
+                                                                   limit);
+          }
+      });
     }
     __syncthreads();  // the next tile rewrites the shared staging
   }
@@ -502,23 +508,13 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
   o.split_count = p.split_count;
   pf_run<true, kTok, false>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
                                      const PfTile& tile, int wg, const PfRing& ring) {
-    // One epilogue per activation kind, chosen here: the loop bodies stay free of the
-    // other kinds' code.
-    // SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits (activation_math.h).
-    // The layer resolves the form when all local experts agree; otherwise (kind 0) the
-    // tile's expert's alpha decides.
-    int act = p.activation;
-    if (act == 0) act = p.alpha[tile.e] == 4.0f ? am::kActSituAlpha4 : am::kActSituOtherAlpha;
-    switch (act) {
-      case am::kActSituAlpha4:
-        pf_store_activated<kFp8Inter, am::kActSituAlpha4, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
-        break;
-      case am::kActSituOtherAlpha:
-        pf_store_activated<kFp8Inter, am::kActSituOtherAlpha, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
-        break;
-      case 1: pf_store_activated<kFp8Inter, 1, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-      default: pf_store_activated<kFp8Inter, 2, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-    }
+    // One epilogue per activation form, chosen here: the loop bodies stay free of the
+    // other forms' code. SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits
+    // (activation_math.h); the layer resolves the form when all local experts agree, and
+    // otherwise (kind 0) the tile's expert's alpha decides.
+    am::with_activation_form(p.activation, [&] { return p.alpha[tile.e]; }, [&](auto form) {
+      pf_store_activated<kFp8Inter, decltype(form)::value, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+    });
   });
 #endif
 }
@@ -620,14 +616,10 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Par
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
   f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
-    int act = p.activation;  // SiTU's form, as gemm1_prefill_kernel
-    if (act == 0) act = p.alpha[tile.e] == 4.0f ? am::kActSituAlpha4 : am::kActSituOtherAlpha;
-    switch (act) {
-      case am::kActSituAlpha4: f8_store_activated<am::kActSituAlpha4>(p, acc, tile, wg, ring.amax); break;
-      case am::kActSituOtherAlpha: f8_store_activated<am::kActSituOtherAlpha>(p, acc, tile, wg, ring.amax); break;
-      case 1: f8_store_activated<1>(p, acc, tile, wg, ring.amax); break;
-      default: f8_store_activated<2>(p, acc, tile, wg, ring.amax); break;
-    }
+    // As gemm1_prefill_kernel.
+    am::with_activation_form(p.activation, [&] { return p.alpha[tile.e]; }, [&](auto form) {
+      f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax);
+    });
   });
 #endif
 }
