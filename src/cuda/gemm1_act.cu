@@ -34,7 +34,7 @@ namespace {
 /// i + 2 = up of this warp's group of 32 intermediate columns), then the intermediate in
 /// BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes holding the row,
 /// ignoring NaN as fmt::block_amax does). Every lane of the warp calls it (shuffles).
-template <int NT, bool kFp8Inter, int kAct>
+template <int NT, bool kFp8Inter>
 __device__ __forceinline__ void store_activated(const Gemm1Params& p, const float (&acc)[4][NT][4],
                                                 int nt, int c, float back, int64_t grow,
                                                 bool valid, int rg, const float* bias,
@@ -54,7 +54,10 @@ __device__ __forceinline__ void store_activated(const Gemm1Params& p, const floa
         gate = gate + bias[lr];
         up = up + bias[32 + lr];
       }
-      v[i][h] = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+      // Per value, kind resolved first (activation_math.h): each call site inlines each
+      // form once. Dispatching once around the epilogue instead (branch commit ab406c2)
+      // made gemm1_fast<1, 4> spill 34 bytes instead of 12.
+      v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
     }
   if constexpr (kFp8Inter) {
     float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])), fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
@@ -136,17 +139,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
     if constexpr (kFp8X) b_row_range<NT>(bsc, static_cast<int>(K / kMxBlock), adj, back);
     warp_mma_mx<NT, kFp8X>(acc, wp, ws, p.w13.kc, static_cast<int>(K / kMxBlock), brow, bsc, adj);
 
-    // One activation form for the whole epilogue (its code runs straight through).
-    am::with_activation_form(p.activation, [&] { return alpha; }, [&](auto form) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int r = tile * BT + nt * 8 + 2 * t + c;
-          store_activated<NT, kFp8Inter, decltype(form)::value>(p, acc, nt, c, back[nt][c], off + r,
-                                                                 r < count, rg, bias, alpha, beta, limit);
-        }
-    });
+      for (int c = 0; c < 2; ++c) {
+        const int r = tile * BT + nt * 8 + 2 * t + c;
+        store_activated<NT, kFp8Inter>(p, acc, nt, c, back[nt][c], off + r, r < count, rg, bias,
+                                       alpha, beta, limit);
+      }
   }
 }
 
@@ -218,17 +218,14 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
       const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
 
-      am::with_activation_form(p.activation, [&] { return alpha; }, [&](auto form) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int r = tile * BT + nt * 8 + 2 * t + c;
-            store_activated<NT, kFp8Inter, decltype(form)::value>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c],
-                                                                   off + r, r < count, rg, bias, alpha, beta,
-                                                                   limit);
-          }
-      });
+        for (int c = 0; c < 2; ++c) {
+          const int r = tile * BT + nt * 8 + 2 * t + c;
+          store_activated<NT, kFp8Inter>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
+                                         r < count, rg, bias, alpha, beta, limit);
+        }
     }
     __syncthreads();  // the next tile rewrites the shared staging
   }
