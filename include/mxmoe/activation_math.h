@@ -280,6 +280,35 @@ MXMOE_HD void with_activation_form(int kind, AlphaOf&& alpha_of, F&& f) {
   }
 }
 
+/// Calls f(std::integral_constant<int, K>{}) with K = `kind` (a mxmoe::Activation value,
+/// or kActSituAlpha4 / kActSituOtherAlpha; any other value is SiLU_Gated), unresolved:
+/// SiTU's kind 0 stays 0. For launchers that pick a kernel per kind, so that each kernel
+/// holds only the epilogue code it can run: the cold code of the other kinds pushed the
+/// hot code of the 32-token prefill kernel apart in the instruction cache (M=16..32:
+/// GEMM1 +4..5%, PERFORMANCE.md session 20).
+template <class F>
+MXMOE_HD void with_activation_kind(int kind, F&& f) {
+  switch (kind) {
+    case 0: f(std::integral_constant<int, 0>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case kActSituAlpha4: f(std::integral_constant<int, kActSituAlpha4>{}); break;
+    case kActSituOtherAlpha: f(std::integral_constant<int, kActSituOtherAlpha>{}); break;
+    default: f(std::integral_constant<int, 2>{}); break;
+  }
+}
+
+/// In a kernel of kind kKind (with_activation_kind): calls f with the form, resolving
+/// SiTU's kind 0 by the expert's alpha (alpha_of(), called only then).
+template <int kKind, class AlphaOf, class F>
+MXMOE_HD void with_form_of_kind(AlphaOf&& alpha_of, F&& f) {
+  if constexpr (kKind == 0) {
+    if (alpha_of() == 4.0f) f(std::integral_constant<int, kActSituAlpha4>{});
+    else f(std::integral_constant<int, kActSituOtherAlpha>{});
+  } else {
+    f(std::integral_constant<int, kKind>{});
+  }
+}
+
 /// The activation of kind `kind` (as with_activation_form) at one point.
 MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
                                     float limit) {

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <type_traits>
 
 #include "mxmoe/activation_math.h"
 #include "mxmoe/moe.h"
@@ -181,6 +182,37 @@ TEST(ActivationMath, SituFormsAgreeOnAlpha) {
     EXPECT_EQ(fmt::float_bits(am::gated_activation_t<am::kActSituOtherAlpha>(g, u, 1.7f, 7.3f, 0.0f)),
               fmt::float_bits(am::gated_activation_f32(0, g, u, 1.7f, 7.3f, 0.0f)));
   }
+}
+
+TEST(ActivationMath, KindDispatchKeepsKindAndResolvesSitu) {
+  // The launchers pick one kernel per kind with with_activation_kind: SiTU's unresolved
+  // kind 0 must stay 0 (its kernel tests alpha per expert), values past the known kinds
+  // run SiLU-gated as gated_activation_f32 does; inside a kind-0 kernel,
+  // with_form_of_kind resolves the form by alpha, and asks for alpha only then.
+  auto kind_of = [](int kind) {
+    int got = -1;
+    am::with_activation_kind(kind, [&](auto k) { got = decltype(k)::value; });
+    return got;
+  };
+  EXPECT_EQ(kind_of(0), 0);
+  EXPECT_EQ(kind_of(1), 1);
+  EXPECT_EQ(kind_of(2), 2);
+  EXPECT_EQ(kind_of(am::kActSituAlpha4), am::kActSituAlpha4);
+  EXPECT_EQ(kind_of(am::kActSituOtherAlpha), am::kActSituOtherAlpha);
+  EXPECT_EQ(kind_of(7), 2);
+  auto form_of = [](auto kind, float alpha, int* alpha_calls) {
+    int got = -1;
+    am::with_form_of_kind<decltype(kind)::value>([&] { ++*alpha_calls; return alpha; },
+                                                 [&](auto f) { got = decltype(f)::value; });
+    return got;
+  };
+  int calls = 0;
+  EXPECT_EQ(form_of(std::integral_constant<int, 0>{}, 4.0f, &calls), am::kActSituAlpha4);
+  EXPECT_EQ(form_of(std::integral_constant<int, 0>{}, 3.0f, &calls), am::kActSituOtherAlpha);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(form_of(std::integral_constant<int, 1>{}, 4.0f, &calls), 1);
+  EXPECT_EQ(form_of(std::integral_constant<int, am::kActSituAlpha4>{}, 3.0f, &calls), am::kActSituAlpha4);
+  EXPECT_EQ(calls, 2);
 }
 
 TEST(ActivationMath, SituSpecialValues) {
