@@ -233,6 +233,12 @@ void MoeConfig::validate() const {
     case Activation::SiTU:
       check_param(activation.alpha, "config.activation.alpha", el, true);
       check_param(activation.beta, "config.activation.beta", el, true);
+      // The activation's one division (activation_math.h div_den_1_to_8_f32) takes
+      // numerators up to 2^126, and SiTU's is at most 8 * alpha * beta.
+      for (int64_t e = 0; e < el; ++e)
+        MXMOE_CHECK_ARG(static_cast<double>(activation.alpha_of(e)) * activation.beta_of(e) <= 0x1p120,
+                        "config.activation.beta", "alpha * beta = ", activation.alpha_of(e), " * ",
+                        activation.beta_of(e), " for local expert ", e, " is above 2^120");
       break;
     case Activation::SwiGLU_OAI:
       check_param(activation.alpha, "config.activation.alpha", el, false);

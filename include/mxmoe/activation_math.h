@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "mxmoe/formats.h"
 
@@ -137,6 +138,27 @@ struct Fraction {
   float num, den;
 };
 
+/// num / den for den in [1, 8] and |num| <= 2^126 (or either NaN), without a branch:
+/// Newton's reciprocal from a bit trick, then two residual corrections of the quotient
+/// (fma gives each residual exactly). Why not `/`: an IEEE division on the GPU is a fast
+/// path, a check and a branch to a slow path, and the branch cuts the activation loops of
+/// the GEMM1 epilogues into blocks that the compiler cannot interleave (PERFORMANCE.md,
+/// session 19). Same operations on host and device, so the same bits. Accuracy: the
+/// reciprocal x is within 6.8e-6 of 1/den, and the last correction's own error is that
+/// fraction of an ulp, so the result is num / den correctly rounded except within ~1e-5
+/// ulp of a tie, and for results near or under 2^-126, where the residuals lose bits:
+/// within 1 ulp there (tests/cpu/test_activation_math.cpp). The sign is num's, also for a
+/// zero.
+MXMOE_HD float div_den_1_to_8_f32(float num, float den) {
+  float x = fmt::bits_float(0x7EF311C3u - fmt::float_bits(den));  // 1/den within 5.1%
+  x = fma32(x, fma32(-den, x, 1.0f), x);                          // within 2.6e-3
+  x = fma32(x, fma32(-den, x, 1.0f), x);                          // within 6.8e-6
+  float q = mul32(num, x);
+  q = fma32(fma32(-den, q, num), x, q);
+  q = fma32(fma32(-den, q, num), x, q);
+  return with_sign_of(q, num);
+}
+
 /// e^x - 1 for x <= 0 or NaN, without cancellation: 2^n * em + (2^n - 1) in one fma
 /// (exp_parts; 2^n - 1 is exact for n >= -24). Below -44 (n < -63) x is replaced by
 /// -44, where e^x - 1 is -1 to fp32 already, so 2^n stays a normal float.
@@ -163,7 +185,8 @@ MXMOE_HD Fraction tanh_fraction(float x, float k) {
 /// the other took five of them per activation (197 SASS instructions against 88 here),
 /// and the GEMM1 epilogues evaluate millions. Accuracy against float64 (Kimi SiTU on
 /// normal(0, 18) inputs: worst 7.2 ulp, mean 0.94): tests/cpu/test_activation_math.cpp.
-MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
+/// This is the form for alpha != 4; situ_f32 below picks.
+MXMOE_HD float situ_any_alpha_f32(float g, float u, float alpha, float beta) {
   const Fraction t1 = tanh_fraction(g, -2.0f / alpha);
   const Fraction t3 = tanh_fraction(u, -2.0f / beta);
   const float e2 = exp_nonpos_f32(-fabsf(g));  // NaN for a NaN g, so the result is NaN
@@ -171,7 +194,45 @@ MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
   // A subnormal only in the last product; den in [1, 8].
   const float num = mul32(mul32(mul32(mul32(alpha, beta), t1.num), t3.num), sig_num);
   const float den = mul32(mul32(t1.den, t3.den), add32(1.0f, e2));
-  return num / den;
+  return div_den_1_to_8_f32(num, den);
+}
+
+/// SiTU with alpha = 4 (Kimi-K3's), with one exp for g instead of two: tanh(g/4) needs
+/// F = e^(-|g|/2) and the sigmoid F^2 = e^(-|g|). With F = 2^n (1 + em) from exp_parts,
+/// F^2 = 2^2n (1 + w), w = em^2 + 2 em in one fma, and where F^2 is a factor of the
+/// numerator (g < 0) its (1 + w) is applied as fma(x, w, x): one rounding fewer than
+/// squaring 1 + em. Otherwise the same quotient as situ_any_alpha_f32. Why: the GEMM1
+/// prefill epilogue is a quarter of GEMM1 at M=4096, and its exps are most of it
+/// (PERFORMANCE.md, session 19). Accuracy against float64 is no worse (Kimi SiTU on
+/// normal(0, 18) inputs: worst 6.95 ulp against 7.19, test_activation_math.cpp); for
+/// g in (-106, -104], where e^(-|g|) alone underflows, it keeps the value the other form
+/// rounds to 0.
+MXMOE_HD float situ_alpha4_f32(float g, float u, float beta) {
+  // |g|/2 clamped at 53: beyond, tanh(g/4) is +-1 to fp32 (m = -1 exactly: 2^n = 2^-76
+  // is still normal) and the sigmoid's F^2 < e^-106 is taken as 0 (below e^-105 by s2),
+  // as e^(-|g|) itself rounds to 0 (kExpUnderflow). A NaN g stays NaN (the compare is
+  // false) and makes em, m and w NaN.
+  const float h = mul32(fabsf(g), -0.5f);
+  const ExpParts f = exp_parts(h < -53.0f ? -53.0f : h);
+  const float s = pow2_f32(f.n);
+  const float s2 = h < -52.5f ? 0.0f : s;                 // the second 2^n of F^2
+  const float m = fma32(s, f.em, add32(s, -1.0f));        // e^(-|g|/2) - 1, as expm1_nonpos_f32
+  const float w = fma32(f.em, f.em, mul32(2.0f, f.em));   // (1 + em)^2 - 1
+  const Fraction t1{with_sign_of(m, g), add32(2.0f, m)};  // tanh_fraction(g, -0.5)
+  const Fraction t3 = tanh_fraction(u, -2.0f / beta);
+  const float front = mul32(mul32(mul32(4.0f, beta), t1.num), t3.num);
+  // A subnormal only in the last product (s2); den in [1, 8].
+  const float num = g >= 0.0f ? front : mul32(mul32(fma32(front, w, front), s), s2);
+  const float den = mul32(mul32(t1.den, t3.den), add32(1.0f, mul32(mul32(add32(w, 1.0f), s), s2)));
+  return div_den_1_to_8_f32(num, den);
+}
+
+/// SiTU(alpha, beta) for any alpha: the bits of situ_alpha4_f32 where alpha is 4, of
+/// situ_any_alpha_f32 otherwise. Kernels that evaluate many activations of one expert
+/// test alpha once outside their loops (gated_activation_t's kinds kActSituAlpha4 and
+/// kActSituOtherAlpha) and get the same bits.
+MXMOE_HD float situ_f32(float g, float u, float alpha, float beta) {
+  return alpha == 4.0f ? situ_alpha4_f32(g, u, beta) : situ_any_alpha_f32(g, u, alpha, beta);
 }
 
 /// SwiGLU-OAI (GPT-OSS): g = min(g, limit), u = clamp(u, -limit, limit),
@@ -186,23 +247,76 @@ MXMOE_HD float swiglu_oai_f32(float g, float u, float alpha, float beta, float l
 /// SiLU-gated: g*sigmoid(g)*u.
 MXMOE_HD float silu_gated_f32(float g, float u) { return mul32(mul32(g, sigmoid_f32(g)), u); }
 
+/// Two more kinds for gated_activation_t, past mxmoe::Activation's values: SiTU where the
+/// caller has tested alpha == 4 (or != 4) once for all of an expert's activations.
+inline constexpr int kActSituAlpha4 = 3;
+inline constexpr int kActSituOtherAlpha = 4;
+
 /// The activation of kind kKind (the integer value of mxmoe::Activation: 0 SiTU,
-/// 1 SwiGLU_OAI, 2 SiLU_Gated), for epilogues that dispatch once outside their loops.
+/// 1 SwiGLU_OAI, 2 SiLU_Gated; or one of the two SiTU kinds above), for epilogues that
+/// dispatch once outside their loops.
 template <int kKind>
 MXMOE_HD float gated_activation_t(float g, float u, float alpha, float beta, float limit) {
   if constexpr (kKind == 0) return situ_f32(g, u, alpha, beta);
+  else if constexpr (kKind == kActSituAlpha4) return situ_alpha4_f32(g, u, beta);
+  else if constexpr (kKind == kActSituOtherAlpha) return situ_any_alpha_f32(g, u, alpha, beta);
   else if constexpr (kKind == 1) return swiglu_oai_f32(g, u, alpha, beta, limit);
   else return silu_gated_f32(g, u);
 }
 
-/// Dispatch on the activation kind (as above; any other value is SiLU_Gated).
+/// Calls f(std::integral_constant<int, K>{}) with K the form of activation `kind` (a
+/// mxmoe::Activation value, or kActSituAlpha4 / kActSituOtherAlpha; any other value is
+/// SiLU_Gated), so that kernels dispatch once outside their loops and run one form's code
+/// straight through. SiTU's kind 0 takes its form from the expert's alpha, alpha_of(),
+/// which is called only then (the prefill epilogues load it from global memory).
+template <class AlphaOf, class F>
+MXMOE_HD void with_activation_form(int kind, AlphaOf&& alpha_of, F&& f) {
+  if (kind == 0) kind = alpha_of() == 4.0f ? kActSituAlpha4 : kActSituOtherAlpha;
+  switch (kind) {
+    case kActSituAlpha4: f(std::integral_constant<int, kActSituAlpha4>{}); break;
+    case kActSituOtherAlpha: f(std::integral_constant<int, kActSituOtherAlpha>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    default: f(std::integral_constant<int, 2>{}); break;
+  }
+}
+
+/// Calls f(std::integral_constant<int, K>{}) with K = `kind` (a mxmoe::Activation value,
+/// or kActSituAlpha4 / kActSituOtherAlpha; any other value is SiLU_Gated), unresolved:
+/// SiTU's kind 0 stays 0. For launchers that pick a kernel per kind, so that each kernel
+/// holds only the epilogue code it can run: the cold code of the other kinds pushed the
+/// hot code of the 32-token prefill kernel apart in the instruction cache (M=16..32:
+/// GEMM1 +4..5%, PERFORMANCE.md session 20).
+template <class F>
+MXMOE_HD void with_activation_kind(int kind, F&& f) {
+  switch (kind) {
+    case 0: f(std::integral_constant<int, 0>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case kActSituAlpha4: f(std::integral_constant<int, kActSituAlpha4>{}); break;
+    case kActSituOtherAlpha: f(std::integral_constant<int, kActSituOtherAlpha>{}); break;
+    default: f(std::integral_constant<int, 2>{}); break;
+  }
+}
+
+/// In a kernel of kind kKind (with_activation_kind): calls f with the form, resolving
+/// SiTU's kind 0 by the expert's alpha (alpha_of(), called only then).
+template <int kKind, class AlphaOf, class F>
+MXMOE_HD void with_form_of_kind(AlphaOf&& alpha_of, F&& f) {
+  if constexpr (kKind == 0) {
+    if (alpha_of() == 4.0f) f(std::integral_constant<int, kActSituAlpha4>{});
+    else f(std::integral_constant<int, kActSituOtherAlpha>{});
+  } else {
+    f(std::integral_constant<int, kKind>{});
+  }
+}
+
+/// The activation of kind `kind` (as with_activation_form) at one point.
 MXMOE_HD float gated_activation_f32(int kind, float g, float u, float alpha, float beta,
                                     float limit) {
-  switch (kind) {
-    case 0: return gated_activation_t<0>(g, u, alpha, beta, limit);
-    case 1: return gated_activation_t<1>(g, u, alpha, beta, limit);
-    default: return gated_activation_t<2>(g, u, alpha, beta, limit);
-  }
+  float v = 0.0f;
+  with_activation_form(kind, [&] { return alpha; }, [&](auto form) {
+    v = gated_activation_t<decltype(form)::value>(g, u, alpha, beta, limit);
+  });
+  return v;
 }
 
 }  // namespace am

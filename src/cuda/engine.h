@@ -180,7 +180,7 @@ struct FastLaunch {
 struct Gemm1Params {
   MatView w13;                       // rows 2N (kernel layout), cols K
   const float* bias = nullptr;       // [E_local][2N] or null
-  int activation = 0;                // mxmoe::Activation
+  int activation = 0;                // mxmoe::Activation, or am::kActSituAlpha4 / kActSituOtherAlpha
   const float* alpha = nullptr;      // [E_local] each
   const float* beta = nullptr;
   const float* limit = nullptr;

@@ -15,6 +15,7 @@
 // The MXFP8 block of 32 columns of one token is spread over the 8 lanes with the same t:
 // amax by 3 xor-shuffles, then the formats.h scale rule and E4M3 rounding.
 #include <algorithm>
+#include <type_traits>
 
 #include "common.cuh"
 #include "engine.h"
@@ -28,12 +29,17 @@ namespace mxmoe::cuda_detail {
 
 namespace {
 
+/// Activation kind of a kernel that reads p.activation at run time (the generic
+/// fallback); the others are compiled per kind (am::with_activation_kind).
+constexpr int kActRuntime = -1;
+
 /// GEMM1's epilogue for accumulator column c of token tile nt (routed row `grow`, stored
-/// when `valid`): the range factor `back`, the bias, the gated activation (rows i = gate,
-/// i + 2 = up of this warp's group of 32 intermediate columns), then the intermediate in
-/// BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes holding the row,
-/// ignoring NaN as fmt::block_amax does). Every lane of the warp calls it (shuffles).
-template <int NT, bool kFp8Inter>
+/// when `valid`): the range factor `back`, the bias, the gated activation of kind kAct
+/// (rows i = gate, i + 2 = up of this warp's group of 32 intermediate columns), then the
+/// intermediate in BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes
+/// holding the row, ignoring NaN as fmt::block_amax does). Every lane of the warp calls
+/// it (shuffles).
+template <int NT, bool kFp8Inter, int kAct>
 __device__ __forceinline__ void store_activated(const Gemm1Params& p, const float (&acc)[4][NT][4],
                                                 int nt, int c, float back, int64_t grow,
                                                 bool valid, int rg, const float* bias,
@@ -53,7 +59,13 @@ __device__ __forceinline__ void store_activated(const Gemm1Params& p, const floa
         gate = gate + bias[lr];
         up = up + bias[32 + lr];
       }
-      v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+      // Per value. Kind 0 (SiTU, alphas of both forms among the local experts) tests
+      // alpha per value too: dispatching once around the epilogue instead (branch commit
+      // ab406c2) made gemm1_fast<1, 4> spill 34 bytes instead of 12.
+      if constexpr (kAct == kActRuntime)
+        v[i][h] = am::gated_activation_f32(p.activation, gate, up, alpha, beta, limit);
+      else
+        v[i][h] = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
     }
   if constexpr (kFp8Inter) {
     float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])), fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
@@ -140,8 +152,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int r = tile * BT + nt * 8 + 2 * t + c;
-        store_activated<NT, kFp8Inter>(p, acc, nt, c, back[nt][c], off + r, r < count, rg, bias,
-                                       alpha, beta, limit);
+        store_activated<NT, kFp8Inter, kActRuntime>(p, acc, nt, c, back[nt][c], off + r, r < count,
+                                                    rg, bias, alpha, beta, limit);
       }
   }
 }
@@ -153,7 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 //
 // One block's work with token tile 8 * NT. The shared staging is the kernel's, sized for
 // its own (larger or equal) tile; s_sx is used as [K/32][8 * NT].
-template <int NT, int D, bool kFp8Inter>
+template <int NT, int D, bool kFp8Inter, int kAct>
 __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count, float* s_sx,
                                                  float* s_back, int* s_mx, const uint8_t** s_row,
                                                  const uint8_t** s_rsc, const FastRing<D>& ring) {
@@ -219,8 +231,8 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int r = tile * BT + nt * 8 + 2 * t + c;
-          store_activated<NT, kFp8Inter>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
-                                         r < count, rg, bias, alpha, beta, limit);
+          store_activated<NT, kFp8Inter, kAct>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
+                                               r < count, rg, bias, alpha, beta, limit);
         }
     }
     __syncthreads();  // the next tile rewrites the shared staging
@@ -229,8 +241,8 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
 
 // The decode kernel of one count class (heuristics.h plan_fast). The 16-row kernel also
 // serves the experts of at most 8 rows, with 8-row tiles, so that both classes stream
-// their weights in one grid.
-template <int NT, int D, bool kFp8Inter>
+// their weights in one grid. One kernel per activation kind (am::with_activation_kind).
+template <int NT, int D, bool kFp8Inter, int kAct>
 __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fast_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [K/32][BT], then the warps' rings
@@ -244,15 +256,15 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.hidden / kMxBlock) * BT);
   if constexpr (NT == 2) {
     if (count <= 8) {
-      gemm1_fast_block<1, D, kFp8Inter>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
+      gemm1_fast_block<1, D, kFp8Inter, kAct>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
       return;
     }
   }
-  gemm1_fast_block<NT, D, kFp8Inter>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
+  gemm1_fast_block<NT, D, kFp8Inter, kAct>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
 }
 
-template <int NT, int D, bool kFp8Inter>
-void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
+template <int NT, int D, bool kFp8Inter, int kAct>
+void launch_fast_t(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z));
@@ -260,11 +272,17 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
   // The 48 KB default covers static plus dynamic shared memory; the kernel's static
   // staging (row pointers, factors) is under 1 KB.
   if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter>,
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  gemm1_fast_kernel<NT, D, kFp8Inter><<<grid, kWarps * 32, smem, stream>>>(p);
+  gemm1_fast_kernel<NT, D, kFp8Inter, kAct><<<grid, kWarps * 32, smem, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
+}
+template <int NT, int D, bool kFp8Inter>
+void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
+  am::with_activation_kind(p.activation, [&](auto kind) {
+    launch_fast_t<NT, D, kFp8Inter, decltype(kind)::value>(p, stream);
+  });
 }
 
 // Prefill path (heuristics.h use_prefill, wgmma_mx.cuh). Consumer warp w of warpgroup wg
@@ -277,18 +295,27 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // unrolled (128 tokens) it was 64 activations of straight-line code (about 21k
 // instructions, 330 KB) run once per tile, so the warps stalled on instruction fetch.
 // Registers cannot be indexed at run time, so the accumulators rotate instead: the two
-// blocks an iteration works on always sit in slots 0..7, and after the last iteration
-// acc_g is back in place, holding the activations (acc_u is spent).
+// blocks an iteration works on always sit in the same slots, and after the last iteration
+// acc_g is back in place, holding the activations (acc_u is spent). The exact path's
+// 128-token tile runs two such loops, one per half of the tile, each rotating only its
+// half: a rotation costs a move per slot it turns, 16 per activation over the whole tile
+// and 8 over a half.
 #if defined(MXMOE_SM90A)
-template <int kBlocks, int kN>
-__device__ __forceinline__ void rotate_down(float (&a)[kN]) {
+// Rotates a[kFirst, kFirst + kLen) down by kBlocks token blocks (4 slots each).
+template <int kBlocks, int kFirst, int kLen, int kN>
+__device__ __forceinline__ void rotate_down_range(float (&a)[kN]) {
+  static_assert(kFirst + kLen <= kN && 4 * kBlocks <= kLen, "rotation past the array");
   float first[4 * kBlocks];
 #pragma unroll
-  for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[i];
+  for (int i = 0; i < 4 * kBlocks; ++i) first[i] = a[kFirst + i];
 #pragma unroll
-  for (int i = 0; i + 4 * kBlocks < kN; ++i) a[i] = a[i + 4 * kBlocks];
+  for (int i = kFirst; i + 4 * kBlocks < kFirst + kLen; ++i) a[i] = a[i + 4 * kBlocks];
 #pragma unroll
-  for (int i = 0; i < 4 * kBlocks; ++i) a[kN - 4 * kBlocks + i] = first[i];
+  for (int i = 0; i < 4 * kBlocks; ++i) a[kFirst + kLen - 4 * kBlocks + i] = first[i];
+}
+template <int kBlocks, int kN>
+__device__ __forceinline__ void rotate_down(float (&a)[kN]) {
+  rotate_down_range<kBlocks, 0, kN>(a);
 }
 
 // The E8M0 scale (and its inverse) of each of a tile's token columns, computed once per
@@ -362,40 +389,52 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
   const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
+  // 128-token tiles: one rolled loop per half of the tile (kHalf: its first block is
+  // kHalf * kHalfBlocks). Smaller tiles keep one loop: their loops run 1 or 2 times, so
+  // the second loop's code is fetched cold for every tile (M=32: GEMM1 +7%,
+  // PERFORMANCE.md session 19), which costs more than the moves it saves.
+  constexpr int kHalves = kTok == 128 ? 2 : 1;
+  constexpr int kHalfBlocks = kTok / 8 / kHalves;
+  auto pass1_half = [&](auto half_c) {
+    constexpr int kHalf = decltype(half_c)::value;
+    constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
 #pragma unroll 1
-  for (int j0 = 0; j0 < kTok / 8; j0 += kStep) {
+    for (int j0 = kHalfBlocks * kHalf; j0 < kHalfBlocks * (kHalf + 1); j0 += kStep) {
 #pragma unroll
-    for (int jj = 0; jj < kStep; ++jj) {
-      const int j = j0 + jj;
-      if (8 * j >= rows_left) continue;
+      for (int jj = 0; jj < kStep; ++jj) {
+        const int j = j0 + jj;
+        if (8 * j >= rows_left) continue;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const float back = s_back[8 * j + 2 * t + c];
-        float amax = 0.0f;
+        for (int c = 0; c < 2; ++c) {
+          const float back = s_back[8 * j + 2 * t + c];
+          float amax = 0.0f;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int slot = 4 * jj + 2 * h + c;
-          float gate = acc_g[slot] * back;
-          float up = acc_u[slot] * back;
-          if (bias) {
-            gate = gate + bias_g[h];
-            up = up + bias_u[h];
+          for (int h = 0; h < 2; ++h) {
+            const int slot = kFirstSlot + 4 * jj + 2 * h + c;
+            float gate = acc_g[slot] * back;
+            float up = acc_u[slot] * back;
+            if (bias) {
+              gate = gate + bias_g[h];
+              up = up + bias_u[h];
+            }
+            const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+            acc_g[slot] = v;
+            amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
           }
-          const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
-          acc_g[slot] = v;
-          amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
-        }
-        if constexpr (kFp8Inter) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-          if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+          if constexpr (kFp8Inter) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+            if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+          }
         }
       }
+      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc_g);
+      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc_u);  // a shift would do, same cost
     }
-    rotate_down<kStep>(acc_g);
-    rotate_down<kStep>(acc_u);  // only its first slots are read: a shift would do, same cost
-  }
+  };
+  pass1_half(std::integral_constant<int, 0>{});
+  if constexpr (kHalves == 2) pass1_half(std::integral_constant<int, 1>{});
   [[maybe_unused]] ColumnScales<kTok> scales;
   if constexpr (kFp8Inter) {
     named_barrier_sync(barrier, 128);
@@ -469,7 +508,8 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 }
 #endif
 
-template <bool kFp8Inter, int kTok>
+// One kernel per activation kind kAct (am::with_activation_kind).
+template <bool kFp8Inter, int kTok, int kAct>
 __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm1Params p) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
@@ -480,28 +520,30 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
   o.split_count = p.split_count;
   pf_run<true, kTok, false>(o, pf_smem, [&](float (&acc_g)[kTok / 2], float (&acc_u)[kTok / 2],
                                      const PfTile& tile, int wg, const PfRing& ring) {
-    // One epilogue per activation kind, chosen here: the loop bodies stay free of the
-    // other kinds' code.
-    switch (p.activation) {
-      case 0: pf_store_activated<kFp8Inter, 0, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-      case 1: pf_store_activated<kFp8Inter, 1, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-      default: pf_store_activated<kFp8Inter, 2, kTok>(p, acc_g, acc_u, tile, wg, ring.amax); break;
-    }
+    // One epilogue per activation form: the loop bodies stay free of the other forms'
+    // code. SiTU: Kimi-K3's alpha 4 has a cheaper form with the same bits
+    // (activation_math.h); the layer resolves the form when all local experts agree, and
+    // otherwise (kind 0) the tile's expert's alpha decides.
+    am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
+      pf_store_activated<kFp8Inter, decltype(form)::value, kTok>(p, acc_g, acc_u, tile, wg, ring.amax);
+    });
   });
 #endif
 }
 
-template <bool kFp8Inter, int kTok>
+template <bool kFp8Inter, int kTok, int kAct>
 void launch_prefill_t(const Gemm1Params& p, cudaStream_t stream) {
-  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter, kTok>,
+  MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter, kTok, kAct>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-  gemm1_prefill_kernel<kFp8Inter, kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
+  gemm1_prefill_kernel<kFp8Inter, kTok, kAct><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
 }
 template <bool kFp8Inter>
 void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
   with_prefill_tile(prefill_tile_tokens(p.tokens, p.top_k, p.num_local), [&](auto tile) {
-    launch_prefill_t<kFp8Inter, decltype(tile)::value>(p, stream);
+    am::with_activation_kind(p.activation, [&](auto kind) {
+      launch_prefill_t<kFp8Inter, decltype(tile)::value, decltype(kind)::value>(p, stream);
+    });
   });
 }
 
@@ -580,6 +622,7 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
 }
 #endif
 
+template <int kAct>  // one kernel per activation kind (am::with_activation_kind)
 __global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Params p) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
@@ -588,11 +631,10 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Par
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
   f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
-    switch (p.activation) {
-      case 0: f8_store_activated<0>(p, acc, tile, wg, ring.amax); break;
-      case 1: f8_store_activated<1>(p, acc, tile, wg, ring.amax); break;
-      default: f8_store_activated<2>(p, acc, tile, wg, ring.amax); break;
-    }
+    // As gemm1_prefill_kernel.
+    am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
+      f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax);
+    });
   });
 #endif
 }
@@ -613,12 +655,16 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
 }  // namespace
 
 void check_gemm1_fp8_kernel() {
-  f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel), "gemm1_fp8_kernel");
+  for (int kind : {0, 1, 2, am::kActSituAlpha4, am::kActSituOtherAlpha})
+    am::with_activation_kind(kind, [&](auto k) {
+      f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value>),
+                         "gemm1_fp8_kernel");
+    });
 }
 
 bool prefill_kernels_available() {
   cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true, kPfTokens>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true, kPfTokens, 0>) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
@@ -631,10 +677,13 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
                         p.inter_fp8 && p.w13f8.rows_p % kF8Rows == 0 && p.w13f8.rows % 64 == 0,
                     "Gemm1Params.xf", "the FP8 mode needs the staged x and its scales, the FP8 "
                     "weights and an MXFP8 intermediate");
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          kF8SmemBytes));
-    gemm1_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
-    MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
+    am::with_activation_kind(p.activation, [&](auto kind) {
+      constexpr int kAct = decltype(kind)::value;
+      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel<kAct>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
+      gemm1_fp8_kernel<kAct><<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
+      MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
+    });
     return;
   }
   if (p.prefill) {

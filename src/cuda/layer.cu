@@ -14,6 +14,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
+#include "mxmoe/activation_math.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
 #include "mxmoe/fp8_mode.h"
@@ -327,6 +328,7 @@ struct CudaMoeLayer::Impl {
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
+  int activation = 0;  // Gemm1Params.activation: the kind, SiTU's form resolved where it can be
 };
 
 CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
@@ -459,6 +461,15 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   s.alpha = upload(a);
   s.beta = upload(b);
   s.limit = upload(l);
+  // SiTU with alpha 4 for every local expert, or for none, tells the kernels its form once
+  // (activation_math.h kActSituAlpha4 / kActSituOtherAlpha); a mix of the two stays kind 0,
+  // and the prefill epilogues then read each tile's expert's alpha.
+  s.activation = static_cast<int>(cfg.activation.kind);
+  if (cfg.activation.kind == Activation::SiTU) {
+    const int64_t fours = std::count(a.begin(), a.end(), 4.0f);
+    if (fours == s.num_local) s.activation = am::kActSituAlpha4;
+    else if (fours == 0) s.activation = am::kActSituOtherAlpha;
+  }
   std::vector<int32_t> map(static_cast<size_t>(E));
   for (int64_t g = 0; g < E; ++g) map[g] = cfg.local_of(static_cast<int32_t>(g));
   s.expert_map = upload(map);
@@ -623,7 +634,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                    static_cast<int>(s.d13.rg), static_cast<int>(s.d13.kc),
                    static_cast<const uint8_t*>(s.w13f.get())};
   g1.bias = static_cast<const float*>(s.b13.get());
-  g1.activation = static_cast<int>(cfg.activation.kind);
+  g1.activation = s.activation;
   g1.alpha = static_cast<const float*>(s.alpha.get());
   g1.beta = static_cast<const float*>(s.beta.get());
   g1.limit = static_cast<const float*>(s.limit.get());

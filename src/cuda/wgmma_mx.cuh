@@ -411,10 +411,10 @@ __device__ __forceinline__ void pf_chunk_mma(float (&acc_a)[kN], float (&acc_b)[
 /// the up rows of the same columns (tile 2 + w % 2) in acc_b, so the activation needs no
 /// exchange.
 /// Otherwise (GEMM2): row groups 2wg (acc_a) and 2wg + 1 (acc_b), m16 tile w. `cur` walks
-/// the ring's chunks in the producer's sequence. The tile's kTok range factors go to the
-/// warpgroup's own ring.back[wg] after the last chunk (GEMM1's epilogue reads them after a
-/// warpgroup barrier; GEMM2's operand has none, b_back null, and its epilogue reads
-/// nothing there): thread i loads row i's before the first chunk, so the two dependent
+/// the ring's chunks in the producer's sequence. GEMM1 only: the tile's kTok range factors
+/// go to the warpgroup's own ring.back[wg] after the last chunk, and its epilogue reads
+/// them after a warpgroup barrier (GEMM2's staged operand has factor 1 and its epilogue
+/// reads none): thread i loads row i's before the first chunk, so the two dependent
 /// global loads (row map, factor) land under the mainloop.
 template <bool kGated, int kTok>
 __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
@@ -423,7 +423,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   const PfTile& tile = work.tile;
   const int i = threadIdx.x & 127;
   float back = 1.0f;
-  if (i < kTok) {
+  if (kGated && i < kTok) {
     const int row = tile.tt * kTok + i;
     if (o.b_back != nullptr && row < o.counts[tile.e]) back = o.b_back[pf_b_row(o, o.offsets[tile.e] + row)];
   }
@@ -474,7 +474,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   acc_fence(acc_a);
   acc_fence(acc_b);
   mbar_arrive(&ring.empty[prev]);
-  if (i < kTok) ring.back[wg * kPfTokens + i] = back;
+  if (kGated && i < kTok) ring.back[wg * kPfTokens + i] = back;
 }
 
 /// A part of a split tile (pf_plan), after its mainloop, by the 256 consumer threads:

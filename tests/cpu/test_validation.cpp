@@ -231,6 +231,16 @@ TEST(ConfigValidate, RejectsNonPositiveSiTUAlphaOrBeta) {
   EXPECT_EQ(config_rejects([](MoeConfig& c) { c.activation.beta = {-25.0f}; }),
             "config.activation.beta");
 }
+TEST(ConfigValidate, RejectsSiTUAlphaTimesBetaAbove2To120) {
+  // The activation's division takes numerators up to 2^126 (activation_math.h).
+  EXPECT_EQ(config_rejects([](MoeConfig& c) {
+              c.activation.alpha.assign(8, 4.0f);
+              c.activation.alpha[3] = 1e30f;
+              c.activation.beta = {1e10f};
+            }),
+            "config.activation.beta");
+  EXPECT_EQ(config_rejects([](MoeConfig& c) { c.activation.alpha = {1e18f}, c.activation.beta = {1e18f}; }), "");
+}
 TEST(ConfigValidate, RejectsSwiGLUWithoutLimit) {
   EXPECT_EQ(config_rejects([](MoeConfig& c) {
               c.activation = ActivationParams::swiglu_oai();

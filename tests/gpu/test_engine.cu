@@ -683,21 +683,23 @@ void run_gemm1_stage(const StageCase& sc) {
     // (GEMM2 runs generic when GEMM1 did, or when the intermediate could not be staged.)
     if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile) > 1;
     if (!sc.tiny_block && !sc.tiny_mid) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, K), ctas, k_chunks(N), tile) > 1;
+    // The staged x rows and their range factors, bit for bit against stage_row_model.
     const int64_t Kp = (K + 63) / 64 * 64;
     int64_t stage_bad = 0;
-    for (int64_t t = 0; t < M && !sc.tiny_block; ++t)
+    for (int64_t t = 0; t < M && !sc.tiny_block; ++t) {
+      const StagedRow want = stage_row_model(sc.x_fp8 ? &xc[t * K] : nullptr, sc.x_fp8 ? &xs[t * K / 32] : nullptr,
+                                             sc.x_fp8 ? nullptr : &xb[t * K], K, Kp);
+      float back = 0.0f;
+      std::memcpy(&back, wsh.data() + L.xb_back + t * 4, 4);
+      if (back != want.back && stage_bad++ < 3)
+        ADD_FAILURE() << "staged x token " << t << " range factor " << back << " vs " << want.back;
       for (int64_t c = 0; c < Kp; ++c) {
         uint16_t got;
         std::memcpy(&got, wsh.data() + L.xb + (t * Kp + c) * 2, 2);
-        const int64_t src = c / 32 * 32 + staged_source(static_cast<int>(c % 32));
-        uint16_t want = 0;
-        if (src < K)
-          want = sc.x_fp8 ? fmt::float_to_bf16(static_cast<float>(
-                                fmt::dequant_e4m3(xc[t * K + src], xs[t * K / 32 + src / 32])))
-                          : xb[t * K + src];
-        if (got != want && stage_bad++ < 3)
-          ADD_FAILURE() << "staged x token " << t << " col " << c << ": " << got << " vs " << want;
+        if (got != want.bf16[c] && stage_bad++ < 3)
+          ADD_FAILURE() << "staged x token " << t << " col " << c << ": " << got << " vs " << want.bf16[c];
       }
+    }
     EXPECT_EQ(stage_bad, 0);
     // GEMM1's prefill epilogue writes the intermediate only as GEMM2's staged rows (checked
     // below), or sets the bit where those cannot hold it (tiny_mid); then, as after an
