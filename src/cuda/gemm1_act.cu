@@ -395,37 +395,67 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // PERFORMANCE.md session 19), which costs more than the moves it saves.
   constexpr int kHalves = kTok == 128 ? 2 : 1;
   constexpr int kHalfBlocks = kTok / 8 / kHalves;
+  // The activations of token block j's column c (slot offset 4 jj within the loop's
+  // window), written back over the gate accumulators; returns their amax.
+  auto activate = [&](int j, int slot0, int c) {
+    const float back = s_back[8 * j + 2 * t + c];
+    float amax = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int slot = slot0 + 2 * h + c;
+      float gate = acc_g[slot] * back;
+      float up = acc_u[slot] * back;
+      if (bias) {
+        gate = gate + bias_g[h];
+        up = up + bias_u[h];
+      }
+      const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+      acc_g[slot] = v;
+      amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
+    }
+    return amax;
+  };
+  // The block amax of token 8 j + 2 t + c over this warp's 16 columns, for pass 2.
+  auto publish_amax = [&](int j, int c, float amax) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+    if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+  };
+  // 128-token tiles skip per iteration, not per block: the iteration's activations then
+  // form one branch-free stretch the compiler can interleave, and its shuffles follow
+  // them (a skip, and each shuffle group's convergence check, ended a stretch). The
+  // tiles hold 64 rows or more, so this costs at most one block of padding per tile.
+  // Smaller tiles keep the per-block skip: mostly their second block is padding.
+  constexpr bool kSkipPerIteration = kTok == 128;
   auto pass1_half = [&](auto half_c) {
     constexpr int kHalf = decltype(half_c)::value;
     constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
 #pragma unroll 1
     for (int j0 = kHalfBlocks * kHalf; j0 < kHalfBlocks * (kHalf + 1); j0 += kStep) {
+      if constexpr (kSkipPerIteration) {
+        if (8 * j0 < rows_left) {
+          float amax[kStep][2];
 #pragma unroll
-      for (int jj = 0; jj < kStep; ++jj) {
-        const int j = j0 + jj;
-        if (8 * j >= rows_left) continue;
+          for (int jj = 0; jj < kStep; ++jj)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float back = s_back[8 * j + 2 * t + c];
-          float amax = 0.0f;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int slot = kFirstSlot + 4 * jj + 2 * h + c;
-            float gate = acc_g[slot] * back;
-            float up = acc_u[slot] * back;
-            if (bias) {
-              gate = gate + bias_g[h];
-              up = up + bias_u[h];
-            }
-            const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
-            acc_g[slot] = v;
-            amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
-          }
+            for (int c = 0; c < 2; ++c) amax[jj][c] = activate(j0 + jj, kFirstSlot + 4 * jj, c);
           if constexpr (kFp8Inter) {
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-            if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+#pragma unroll
+            for (int jj = 0; jj < kStep; ++jj)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) publish_amax(j0 + jj, c, amax[jj][c]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < kStep; ++jj) {
+          const int j = j0 + jj;
+          if (8 * j >= rows_left) continue;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float amax = activate(j, kFirstSlot + 4 * jj, c);
+            if constexpr (kFp8Inter) publish_amax(j, c, amax);
           }
         }
       }
