@@ -395,8 +395,9 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // PERFORMANCE.md session 19), which costs more than the moves it saves.
   constexpr int kHalves = kTok == 128 ? 2 : 1;
   constexpr int kHalfBlocks = kTok / 8 / kHalves;
-  // The activations of token block j's column c (slot offset 4 jj within the loop's
-  // window), written back over the gate accumulators; returns their amax.
+  // The activations of token block j's column c (slot0: the block's first accumulator
+  // slot in the loop's window), written back over the gate accumulators; returns their
+  // amax.
   auto activate = [&](int j, int slot0, int c) {
     const float back = s_back[8 * j + 2 * t + c];
     float amax = 0.0f;
@@ -424,9 +425,11 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   };
   // 128-token tiles skip per iteration, not per block: the iteration's activations then
   // form one branch-free stretch the compiler can interleave, and its shuffles follow
-  // them (a skip, and each shuffle group's convergence check, ended a stretch). The
-  // tiles hold 64 rows or more, so this costs at most one block of padding per tile.
-  // Smaller tiles keep the per-block skip: mostly their second block is padding.
+  // them (a skip, and each shuffle group's convergence check, ended a stretch). The cost:
+  // one block of padding in a tile whose rows end in an iteration's first block. This
+  // tile runs where experts average over 64 rows (heuristics.h prefill_token_tile), so
+  // such blocks are few. Smaller tiles keep the per-block skip: there most tiles hold
+  // under 8 rows, and the second block is padding.
   constexpr bool kSkipPerIteration = kTok == 128;
   auto pass1_half = [&](auto half_c) {
     constexpr int kHalf = decltype(half_c)::value;
