@@ -266,9 +266,9 @@ MXMOE_HD float gated_activation_t(float g, float u, float alpha, float beta, flo
 
 /// Calls f(std::integral_constant<int, K>{}) with K the form of activation `kind` (a
 /// mxmoe::Activation value, or kActSituAlpha4 / kActSituOtherAlpha; any other value is
-/// SiLU_Gated), so that kernels dispatch once outside their loops and run one form's code
-/// straight through. SiTU's kind 0 takes its form from the expert's alpha, alpha_of(),
-/// which is called only then (the prefill epilogues load it from global memory).
+/// SiLU_Gated). SiTU's kind 0 takes its form from the expert's alpha, alpha_of(), which
+/// is called only then. Used per value by gated_activation_f32 (the CPU engine and the
+/// generic GEMM1 kernel); the kernels compiled per kind use with_form_of_kind.
 template <class AlphaOf, class F>
 MXMOE_HD void with_activation_form(int kind, AlphaOf&& alpha_of, F&& f) {
   if (kind == 0) kind = alpha_of() == 4.0f ? kActSituAlpha4 : kActSituOtherAlpha;
@@ -285,7 +285,7 @@ MXMOE_HD void with_activation_form(int kind, AlphaOf&& alpha_of, F&& f) {
 /// SiTU's kind 0 stays 0. For launchers that pick a kernel per kind, so that each kernel
 /// holds only the epilogue code it can run: the cold code of the other kinds pushed the
 /// hot code of the 32-token prefill kernel apart in the instruction cache (M=16..32:
-/// GEMM1 +4..5%, PERFORMANCE.md session 20).
+/// GEMM1 +2..5%, PERFORMANCE.md session 20).
 template <class F>
 MXMOE_HD void with_activation_kind(int kind, F&& f) {
   switch (kind) {
