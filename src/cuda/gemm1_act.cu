@@ -340,6 +340,18 @@ __device__ __forceinline__ bool balanced_fixup(float (&acc)[4][1][4], float* slo
   return true;
 }
 
+/// stage_b_scales out of line, for the balanced kernel (96 registers at 5 blocks per SM).
+/// Inlined, its loads and the mainloop's lane constants (hoisted above it) outgrew the
+/// registers: ptxas spilled 56-68 bytes. Out of line, 4 bytes remain only in the kind-4
+/// kernels (stored once per unit, read outside the chunk loops). Called once per unit.
+/// (GEMM2's 8-row kernel spilled more with it out of line: 12 bytes against 4.)
+template <int BT>
+__device__ __noinline__ void stage_b_scales_out_of_line(const uint8_t* const* rows_scale, int valid,
+                                                        int kb_count, float* s_sx, float* s_back,
+                                                        int* s_mx) {
+  stage_b_scales<BT>(rows_scale, valid, kb_count, s_sx, s_back, s_mx);
+}
+
 // The kernel keeps its loop state in shared memory and rereads it (volatile) after each
 // mainloop: the mainloop takes the 96 registers of 5 blocks per SM, and every value held
 // across it spilled (session 21: 136 bytes, a load per chunk in the mainloop).
@@ -384,10 +396,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
       }
     }
     if (lane == 0) {
-      int64_t lo, hi;  // rg * kc < 2^31
-      balanced_range(rgs, kc, bb.blocks, kWarps * bb.index + warp, &lo, &hi);
-      s_state.pos[warp] = static_cast<int>(lo);
-      s_state.hi[warp] = static_cast<int>(hi);
+      balanced_range(rgs, kc, bb.blocks, kWarps * bb.index + warp, &s_state.pos[warp], &s_state.hi[warp]);
     }
     __syncthreads();
     {
@@ -415,7 +424,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
         s_rsc[threadIdx.x] = rsc;
       }
       __syncthreads();
-      stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
+      stage_b_scales_out_of_line<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
       __syncthreads();
       if (pos >= hi) pdl_allow_dependents();
     }
@@ -444,6 +453,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
       const int r = pos / kc, k0 = pos - r * kc, k1 = piece_end(k0, kc, hi - pos);
       __syncwarp();  // every lane has read pos before lane 0 moves it
       if (lane == 0) vs.pos[warp] = pos + k1 - k0;
+      __syncwarp();  // and the loop's next test reads the new one
       // The next row group's first chunks go out before this one's fixup and epilogue.
       if (pos + k1 - k0 < hi) {
         const size_t g = static_cast<size_t>(e) * rgs + r + 1;

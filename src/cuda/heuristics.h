@@ -179,14 +179,15 @@ MXMOE_HD BalancedBlock balanced_block(int units, int blocks, int rg, int b) {
   return r;
 }
 /// Chunk range [lo, hi) of warp `wi` of a unit's `blocks` blocks, chunks numbered
-/// row group major (rg x kc); empty for warps past the rg warps a unit can use.
-MXMOE_HD void balanced_range(int rg, int kc, int blocks, int wi, int64_t* lo, int64_t* hi) {
+/// row group major (rg x kc < 2^31); the first chunks % nw warps take one chunk more.
+/// Empty for warps past the rg warps a unit can use.
+MXMOE_HD void balanced_range(int rg, int kc, int blocks, int wi, int* lo, int* hi) {
   const int nw = kFastWarps * blocks < rg ? kFastWarps * blocks : rg;
   *lo = *hi = 0;
   if (wi >= nw) return;
-  const int64_t chunks = static_cast<int64_t>(rg) * kc;
-  *lo = wi * chunks / nw;
-  *hi = (wi + 1) * chunks / nw;
+  const int chunks = rg * kc, q = chunks / nw, extra = chunks - q * nw;
+  *lo = wi * q + (wi < extra ? wi : extra);
+  *hi = *lo + q + (wi < extra ? 1 : 0);
 }
 
 /// GEMM2 on the decode path splits its reduction (N, whole 64-K chunks) over grid z so

@@ -861,12 +861,12 @@ TEST(Balanced, PartitionCoversEveryChunkOnceAndCutsRowGroupsAtMostOnce) {
             for (int u = bb.unit; u < units; u += bb.unit_stride)
               for (int w = 0; w < cd::kFastWarps; ++w) {
                 const int wi = cd::kFastWarps * bb.index + w;
-                int64_t lo = 0, hi = 0;
+                int lo = 0, hi = 0;
                 cd::balanced_range(rg, kc, bb.blocks, wi, &lo, &hi);
                 if (lo == hi) continue;
                 ASSERT_GE(hi - lo, kc);
                 ASSERT_LT(bb.first_slot + wi, cd::kFastWarps * blocks);
-                for (int64_t c = lo; c < hi; ++c) ++taken[(static_cast<size_t>(u) * rg) * kc + c];
+                for (int c = lo; c < hi; ++c) ++taken[(static_cast<size_t>(u) * rg) * kc + c];
                 const int r0 = static_cast<int>(lo / kc), r1 = static_cast<int>((hi - 1) / kc);
                 if (lo % kc != 0) {  // part 1 of row group r0: the previous warp's slot
                   ASSERT_EQ(part1_slot.count({u, r0}), 0u);
