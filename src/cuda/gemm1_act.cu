@@ -267,42 +267,43 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
 // the units (8-row token tiles of the experts holding rows), each warp streaming a
 // contiguous range of its unit's row-group chunks.
 
-/// Units before expert `e0 + lane`'s (exclusive) and its own, for the experts
+/// Units before expert `e0 + lane`'s (exclusive), its own and its rows, for the experts
 /// e0 .. e0 + 31 (warp-wide; experts past num_local hold none).
-__device__ __forceinline__ int2 unit_scan(const int32_t* counts, int num_local, int e0) {
+__device__ __forceinline__ int3 unit_scan(const int32_t* counts, int num_local, int e0) {
   const int lane = threadIdx.x & 31;
   const int e = e0 + lane;
-  const int own = e < num_local ? (max(counts[e], 0) + 7) / 8 : 0;
+  const int rows = e < num_local ? max(counts[e], 0) : 0;
+  const int own = (rows + 7) / 8;
   int incl = own;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const int v = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += v;
   }
-  return make_int2(incl - own, own);
+  return make_int3(incl - own, own, rows);
 }
 /// Units of this forward (warp-wide).
 __device__ __forceinline__ int count_units(const int32_t* counts, int num_local) {
   int units = 0;
   for (int e0 = 0; e0 < num_local; e0 += 32) {
-    const int2 s = unit_scan(counts, num_local, e0);
+    const int3 s = unit_scan(counts, num_local, e0);
     units += __shfl_sync(0xffffffffu, s.x + s.y, 31);
   }
   return units;
 }
-/// Expert and token tile of unit u < count_units (warp-wide).
-__device__ __forceinline__ int2 unit_at(const int32_t* counts, int num_local, int u) {
+/// Expert, token tile and the expert's rows of unit u < count_units (warp-wide).
+__device__ __forceinline__ int3 unit_at(const int32_t* counts, int num_local, int u) {
   int base = 0;
   for (int e0 = 0; e0 < num_local; e0 += 32) {
-    const int2 s = unit_scan(counts, num_local, e0);
+    const int3 s = unit_scan(counts, num_local, e0);
     const unsigned hit = __ballot_sync(0xffffffffu, base + s.x <= u && u < base + s.x + s.y);
     if (hit != 0u) {
       const int l = __ffs(hit) - 1;
-      return make_int2(e0 + l, u - base - __shfl_sync(0xffffffffu, s.x, l));
+      return make_int3(e0 + l, u - base - __shfl_sync(0xffffffffu, s.x, l), __shfl_sync(0xffffffffu, s.z, l));
     }
     base += __shfl_sync(0xffffffffu, s.x + s.y, 31);
   }
-  return make_int2(0, 0);  // not reached for u < count_units
+  return make_int3(0, 0, 0);  // not reached for u < count_units
 }
 
 /// End of the piece of a row group that starts at chunk k0 with `left` chunks of the
@@ -387,12 +388,12 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
   while (vs.unit < vs.units) {
     const BalancedBlock bb = balanced_block(vs.units, gridDim.x, rgs, blockIdx.x);
     if (warp == 0) {
-      const int2 et = unit_at(p.counts, p.num_local, vs.unit);
+      // The expert's first routed row is loaded after the first weight copies are out.
+      const int3 et = unit_at(p.counts, p.num_local, vs.unit);
       if (lane == 0) {
         s_state.expert = et.x;
         s_state.tile = et.y;
-        s_state.count = p.counts[et.x];
-        s_state.first = p.offsets[et.x];
+        s_state.count = et.z;
       }
     }
     if (lane == 0) {
@@ -413,10 +414,12 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
       }
       if (threadIdx.x < BT) {
         s_mx[threadIdx.x] = 0;
+        const int first = p.offsets[e];
+        if (threadIdx.x == 0) s_state.first = first;  // for the epilogue, after the barriers
         const uint8_t* row = nullptr;
         const uint8_t* rsc = nullptr;
         if (static_cast<int>(threadIdx.x) < valid) {
-          const int64_t tok = p.row_map[s_state.first + tile * BT + threadIdx.x] / p.top_k;
+          const int64_t tok = p.row_map[first + tile * BT + threadIdx.x] / p.top_k;
           row = static_cast<const uint8_t*>(p.x) + tok * p.hidden;
           rsc = p.x_scale + tok * kbK;
         }
