@@ -1158,6 +1158,12 @@ TEST(DISABLED_Timing, KimiDecodeStages) {
     g1.inter = inter.p;
     g1.inter_scale = inter_s.p;
     g1.inter_fp8 = true;
+    // The balanced kernel's slots (2..8 tokens); its counters start at zero and every
+    // launch leaves them there.
+    Dev<float> split_acc(cd::kBalancedAccBytes / sizeof(float));
+    Dev<uint32_t> split_count(std::vector<uint32_t>(cd::kBalancedSlots, 0u));
+    g1.split_acc = split_acc.p;
+    g1.split_count = split_count.p;
     cd::Gemm2Params g2;
     g2.w2 = cd::MatView{reinterpret_cast<const uint4*>(w2p.p), w2s.p, static_cast<int>(K),
                         static_cast<int>(N), static_cast<int>(d2.rg), static_cast<int>(d2.kc), f2.p};
