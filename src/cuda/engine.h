@@ -122,6 +122,9 @@ struct WorkspaceLayout {
   size_t inexact = 0;      // u32 kInexactX | kInexactInter, then u32 [kPfSplitTiles]
                            // split-tile counters (heuristics.h kPrefillWordsBytes)
   size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
+  // balanced decode GEMM1 (heuristics.h use_balanced, MXFP8 x; empty otherwise)
+  size_t balanced_count = 0;  // u32 [kBalancedSlots], cleared by the permutation
+  size_t balanced_acc = 0;    // f32, kBalancedAccBytes: cut row groups' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate (range factor 1)
@@ -163,6 +166,8 @@ struct PermuteParams {
   int32_t* row_map = nullptr;
   int32_t* pair_row = nullptr;
   uint32_t* error = nullptr;
+  uint32_t* clear = nullptr;  // words set to zero for the later kernels (or null)
+  int clear_words = 0;
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
 /// launch_quantize_x + launch_permute, in one launch when the problem is small.
@@ -211,7 +216,9 @@ struct Gemm1Params {
   uint32_t* inexact = nullptr;
   uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
-  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
+  /// Split last wave (wgmma_mx.cuh pf_plan), or null; at 2..8 tokens the balanced decode
+  /// kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
+  float* split_acc = nullptr;
   uint32_t* split_count = nullptr;
   /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per
   /// 128 of K (stage_fp8.cu), FP8 wgmma (wgmma_fp8.cuh). Takes precedence over `prefill`.
@@ -251,7 +258,9 @@ struct Gemm2Params {
   const uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
   const uint32_t* inexact = nullptr;
-  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
+  /// Split last wave (wgmma_mx.cuh pf_plan), or null; at 2..8 tokens the balanced decode
+  /// kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
+  float* split_acc = nullptr;
   uint32_t* split_count = nullptr;
   /// FP8 mode: as Gemm1Params::fp8, the intermediate re-expressed.
   bool fp8 = false;
@@ -313,6 +322,10 @@ void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// CTAs of a prefill launch: one per SM of the current device (or fewer with the test
 /// knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
 int prefill_ctas();
+/// Blocks of the balanced decode GEMM1 (heuristics.h balanced_block): one wave,
+/// `blocks_per_sm` (the kernel's occupancy) on every SM of the current device, at most
+/// kBalancedMaxBlocks (or fewer with the test knob MXMOE_DECODE_BLOCKS).
+int decode_balanced_blocks(int blocks_per_sm);
 /// Token tile of an exact prefill launch: heuristics.h prefill_token_tile, or the test
 /// knob MXMOE_PREFILL_TOKEN_TILE = 32 / 64 / 128 (so that any problem runs any tile).
 int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local);

@@ -263,6 +263,259 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   gemm1_fast_block<NT, D, kFp8Inter, kAct>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
 }
 
+// Balanced decode (heuristics.h balanced_block, 2..8 tokens): one wave of blocks over
+// the units (8-row token tiles of the experts holding rows), each warp streaming a
+// contiguous range of its unit's row-group chunks.
+
+/// Units before expert `e0 + lane`'s (exclusive), its own and its rows, for the experts
+/// e0 .. e0 + 31 (warp-wide; experts past num_local hold none).
+__device__ __forceinline__ int3 unit_scan(const int32_t* counts, int num_local, int e0) {
+  const int lane = threadIdx.x & 31;
+  const int e = e0 + lane;
+  const int rows = e < num_local ? max(counts[e], 0) : 0;
+  const int own = (rows + 7) / 8;
+  int incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  return make_int3(incl - own, own, rows);
+}
+/// Units of this forward (warp-wide).
+__device__ __forceinline__ int count_units(const int32_t* counts, int num_local) {
+  int units = 0;
+  for (int e0 = 0; e0 < num_local; e0 += 32) {
+    const int3 s = unit_scan(counts, num_local, e0);
+    units += __shfl_sync(0xffffffffu, s.x + s.y, 31);
+  }
+  return units;
+}
+/// Expert, token tile and the expert's rows of unit u < count_units (warp-wide).
+__device__ __forceinline__ int3 unit_at(const int32_t* counts, int num_local, int u) {
+  int base = 0;
+  for (int e0 = 0; e0 < num_local; e0 += 32) {
+    const int3 s = unit_scan(counts, num_local, e0);
+    const unsigned hit = __ballot_sync(0xffffffffu, base + s.x <= u && u < base + s.x + s.y);
+    if (hit != 0u) {
+      const int l = __ffs(hit) - 1;
+      return make_int3(e0 + l, u - base - __shfl_sync(0xffffffffu, s.x, l), __shfl_sync(0xffffffffu, s.z, l));
+    }
+    base += __shfl_sync(0xffffffffu, s.x + s.y, 31);
+  }
+  return make_int3(0, 0, 0);  // not reached for u < count_units
+}
+
+/// End of the piece of a row group that starts at chunk k0 with `left` chunks of the
+/// warp's range to go.
+__device__ __forceinline__ int piece_end(int k0, int kc, int64_t left) {
+  return left < kc - k0 ? k0 + static_cast<int>(left) : kc;
+}
+
+/// A row group cut between two warps (part 0: its first K chunks, part 1: the rest),
+/// after the mainloop of this warp's part: stores its sums in the slot (lane-contiguous),
+/// counts itself, and the part that arrives second adds both in part order (so the sum
+/// does not depend on which part finishes last), resets the counter for the next launch
+/// and returns true: it runs the epilogue. The first returns false.
+__device__ __forceinline__ bool balanced_fixup(float (&acc)[4][1][4], float* slot, uint32_t* count,
+                                               int part) {
+  const int lane = threadIdx.x & 31;
+  float* mine = slot + part * 512 + lane;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) __stcg(mine + (4 * mt + j) * 32, acc[mt][0][j]);
+  __threadfence();  // the sums are visible before the count that announces them
+  __syncwarp();
+  uint32_t arrived = 0;
+  if (lane == 0) arrived = atomicAdd(count, 1u);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived == 0) return false;
+  __threadfence();  // the other part's sums are read after its count
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      acc[mt][0][j] = __ldcg(slot + (4 * mt + j) * 32 + lane) + __ldcg(slot + 512 + (4 * mt + j) * 32 + lane);
+  if (lane == 0) *count = 0;
+  return true;
+}
+
+/// stage_b_scales out of line, for the balanced kernel (96 registers at 5 blocks per SM).
+/// Inlined, its loads and the mainloop's lane constants (hoisted above it) outgrew the
+/// registers: ptxas spilled 56-68 bytes. Out of line, 4 bytes remain only in the kind-4
+/// kernels (stored once per unit, read outside the chunk loops). Called once per unit.
+/// (GEMM2's 8-row kernel spilled more with it out of line: 12 bytes against 4.)
+template <int BT>
+__device__ __noinline__ void stage_b_scales_out_of_line(const uint8_t* const* rows_scale, int valid,
+                                                        int kb_count, float* s_sx, float* s_back,
+                                                        int* s_mx) {
+  stage_b_scales<BT>(rows_scale, valid, kb_count, s_sx, s_back, s_mx);
+}
+
+// The kernel keeps its loop state in shared memory and rereads it (volatile) after each
+// mainloop: the mainloop takes the 96 registers of 5 blocks per SM, and every value held
+// across it spilled (session 21: 136 bytes, a load per chunk in the mainloop).
+struct BalancedState {
+  int units, unit;                 // the forward's units; the block's current one
+  int expert, tile, count, first;  // the unit: its expert, token tile, rows, first routed row
+  int pos[kWarps], hi[kWarps];     // each warp's next chunk and range end in the unit
+};
+
+template <int D, bool kFp8Inter, int kAct>
+__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_balanced_kernel(const Gemm1Params p) {
+  constexpr int BT = 8;
+  extern __shared__ float s_sx[];  // [K/32][BT], then the warps' rings
+  __shared__ float s_back[BT];
+  __shared__ int s_mx[BT];
+  __shared__ const uint8_t* s_row[BT];
+  __shared__ const uint8_t* s_rsc[BT];
+  __shared__ BalancedState s_state;
+  volatile BalancedState& vs = s_state;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kbK = static_cast<int>(p.hidden / kMxBlock);
+  const int kc = p.w13.kc, rgs = p.w13.rg;
+  if (warp == 0) {
+    const int units = count_units(p.counts, p.num_local);
+    if (lane == 0) {
+      s_state.units = units;
+      s_state.unit = balanced_block(units, gridDim.x, rgs, blockIdx.x).unit;
+    }
+  }
+  __syncthreads();
+  if (s_state.unit < 0) return;  // block-uniform
+
+  while (vs.unit < vs.units) {
+    const BalancedBlock bb = balanced_block(vs.units, gridDim.x, rgs, blockIdx.x);
+    if (warp == 0) {
+      // The expert's first routed row is loaded after the first weight copies are out.
+      const int3 et = unit_at(p.counts, p.num_local, vs.unit);
+      if (lane == 0) {
+        s_state.expert = et.x;
+        s_state.tile = et.y;
+        s_state.count = et.z;
+      }
+    }
+    if (lane == 0) {
+      balanced_range(rgs, kc, bb.blocks, kWarps * bb.index + warp, &s_state.pos[warp], &s_state.hi[warp]);
+    }
+    __syncthreads();
+    {
+      const int e = s_state.expert, tile = s_state.tile;
+      const int valid = min(BT, s_state.count - tile * BT);
+      const int pos = s_state.pos[warp], hi = s_state.hi[warp];
+      // The first weight loads go out before the token-scale staging (gemm1_fast_block).
+      if (pos < hi) {
+        const int r = pos / kc, k0 = pos - r * kc;
+        const size_t g = static_cast<size_t>(e) * rgs + r;
+        fast_prefetch<D>(fast_ring_of_warp<D>(s_sx + kbK * BT), p.w13.packed + g * kc * 4 * 32,
+                         reinterpret_cast<const uint4*>(p.w13.scale) + g * kc * 8, k0,
+                         piece_end(k0, kc, hi - pos));
+      }
+      if (threadIdx.x < BT) {
+        s_mx[threadIdx.x] = 0;
+        const int first = p.offsets[e];
+        if (threadIdx.x == 0) s_state.first = first;  // for the epilogue, after the barriers
+        const uint8_t* row = nullptr;
+        const uint8_t* rsc = nullptr;
+        if (static_cast<int>(threadIdx.x) < valid) {
+          const int64_t tok = p.row_map[first + tile * BT + threadIdx.x] / p.top_k;
+          row = static_cast<const uint8_t*>(p.x) + tok * p.hidden;
+          rsc = p.x_scale + tok * kbK;
+        }
+        s_row[threadIdx.x] = row;
+        s_rsc[threadIdx.x] = rsc;
+      }
+      __syncthreads();
+      stage_b_scales_out_of_line<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
+      __syncthreads();
+      if (pos >= hi) pdl_allow_dependents();
+    }
+    while (vs.pos[warp] < vs.hi[warp]) {
+      float acc[4][1][4];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][0][j] = 0.0f;
+      {
+        // Every operand offset to chunk k0, so that the mainloop runs from chunk 0 as in
+        // gemm1_fast_block (a variable first chunk took registers).
+        const int pos = vs.pos[warp], hi = vs.hi[warp];
+        const int r = pos / kc, k0 = pos - r * kc;
+        const size_t g = static_cast<size_t>(vs.expert) * rgs + r;
+        const bool special = p.w13.special == nullptr || p.w13.special[g] != 0;
+        warp_mma_decode<1, D>(special, min(BT, vs.count - vs.tile * BT), acc,
+                              fast_ring_of_warp<D>(s_sx + kbK * BT), p.w13.packed + (g * kc + k0) * 4 * 32,
+                              reinterpret_cast<const uint4*>(p.w13.scale) + (g * kc + k0) * 8, 0,
+                              piece_end(k0, kc, hi - pos) - k0, kbK - 2 * k0,
+                              [&](int i) { return s_row[i] != nullptr ? s_row[i] + 64 * k0 : nullptr; },
+                              s_sx + 2 * k0 * BT);
+      }
+      const int e = vs.expert;
+      const int pos = vs.pos[warp], hi = vs.hi[warp];
+      const int r = pos / kc, k0 = pos - r * kc, k1 = piece_end(k0, kc, hi - pos);
+      __syncwarp();  // every lane has read pos before lane 0 moves it
+      if (lane == 0) vs.pos[warp] = pos + k1 - k0;
+      __syncwarp();  // and the loop's next test reads the new one
+      // The next row group's first chunks go out before this one's fixup and epilogue.
+      if (pos + k1 - k0 < hi) {
+        const size_t g = static_cast<size_t>(e) * rgs + r + 1;
+        fast_prefetch<D>(fast_ring_of_warp<D>(s_sx + kbK * BT), p.w13.packed + g * kc * 4 * 32,
+                         reinterpret_cast<const uint4*>(p.w13.scale) + g * kc * 8, 0,
+                         piece_end(0, kc, hi - pos - (k1 - k0)));
+      } else {
+        pdl_allow_dependents();  // as in gemm1_fast_block
+      }
+      if (k0 > 0 || k1 < kc) {
+        // Cut: part 1 (k0 > 0) shares the previous warp's slot, part 0 uses its own.
+        const BalancedBlock bb = balanced_block(vs.units, gridDim.x, rgs, blockIdx.x);
+        const int slot = bb.first_slot + kWarps * bb.index + warp - (k0 > 0 ? 1 : 0);
+        if (!balanced_fixup(acc, p.split_acc + static_cast<size_t>(slot) * kBalancedSlotFloats,
+                            p.split_count + slot, k0 > 0 ? 1 : 0))
+          continue;
+      }
+      const int tile = vs.tile, count = vs.count, off = vs.first;
+      const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+      const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * p.intermediate + 64 * r : nullptr;
+      const int t = lane & 3;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int row = tile * BT + 2 * t + c;
+        store_activated<1, kFp8Inter, kAct>(p, acc, 0, c, s_back[2 * t + c], off + row, row < count, r,
+                                            bias, alpha, beta, limit);
+      }
+    }
+    __syncthreads();  // every warp is done with the unit's staging and state
+    if (threadIdx.x == 0) s_state.unit += balanced_block(s_state.units, gridDim.x, rgs, blockIdx.x).unit_stride;
+    __syncthreads();
+  }
+}
+
+/// Blocks of a balanced launch: one wave of `kernel` (decode_balanced_blocks).
+template <class Kernel>
+int balanced_blocks(Kernel kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return decode_balanced_blocks(per_sm);
+}
+
+template <int D, bool kFp8Inter>
+void launch_balanced(const Gemm1Params& p, cudaStream_t stream) {
+  MXMOE_CHECK_ARG(p.split_acc != nullptr && p.split_count != nullptr, "Gemm1Params.split_acc",
+                  "the balanced decode kernel needs the split slots (WorkspaceLayout)");
+  am::with_activation_kind(p.activation, [&](auto kind) {
+    constexpr int kAct = decltype(kind)::value;
+    const auto kernel = gemm1_balanced_kernel<D, kFp8Inter, kAct>;
+    const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * 8 * sizeof(float) + fast_ring_bytes<D>();
+    if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
+      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    const int blocks = balanced_blocks(kernel, kWarps * 32, smem);
+    kernel<<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(p);
+    MXMOE_LAUNCH_CHECK("gemm1_balanced_kernel");
+  });
+}
+
 template <int NT, int D, bool kFp8Inter, int kAct>
 void launch_fast_t(const Gemm1Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
@@ -737,10 +990,14 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
       const FastClass& c = fast.c[i];
       Gemm1Params q = p;
       q.fast = FastLaunch{c.lo, c.hi, c.z};
-      const int sel = (c.nt == 1 ? (c.depth == 8 ? 6 : 0) : c.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
+      if (c.nt == 1 && c.depth == 4 && use_balanced(p.tokens)) {
+        // 2..8 tokens: one class (plan_fast), every expert's 8-row tiles in one wave.
+        if (p.inter_fp8) launch_balanced<4, true>(q, stream);
+        else launch_balanced<4, false>(q, stream);
+        continue;
+      }
+      const int sel = (c.nt == 1 ? 6 : c.nt == 2 ? 2 : 4) | (p.inter_fp8 ? 1 : 0);
       switch (sel) {
-        case 0: launch_fast<1, 4, false>(q, stream); break;
-        case 1: launch_fast<1, 4, true>(q, stream); break;
         case 6: launch_fast<1, 8, false>(q, stream); break;
         case 7: launch_fast<1, 8, true>(q, stream); break;
         case 2: launch_fast<2, 4, false>(q, stream); break;

@@ -112,6 +112,84 @@ inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count, Fa
   return f;
 }
 
+// ---------------------------------------------------------------- balanced decode GEMM1
+/// GEMM1 at 2..8 tokens (plan_fast's one class of 8-row tiles, 4 ring stages) runs as one
+/// wave: every block of `blocks` = resident blocks per SM x SMs works, on the "units" of
+/// the forward (the 8-row token tiles of the experts holding rows, expert order). A unit
+/// is rg x kc chunks of weights (rg 64-row groups of kc 64-K chunks). Its blocks' warps
+/// take equal contiguous ranges of those chunks, so a row group may be cut between two
+/// neighbouring warps; the one that finishes last adds the other's partial sums (part
+/// order: K order) and runs the epilogue. Before, one warp per row group and 4-warp
+/// blocks made 672 blocks for 660 resident slots at M=4..8 (Kimi: 28 experts x 24 blocks
+/// at 5 per SM): the 12 blocks of the second wave cost ~13 us at M=4 and ~25 at M=8
+/// (session 16's probe T). Not at M=1 (16 experts: 384 blocks for 396 slots at 3 per SM).
+inline constexpr int64_t kBalancedMinTokens = 2;
+inline constexpr int64_t kBalancedMaxTokens = 8;
+inline bool use_balanced(int64_t tokens) {
+  return tokens >= kBalancedMinTokens && tokens <= kBalancedMaxTokens;
+}
+/// At most this many blocks (more SMs leave the rest idle): it sizes the partial sums, one
+/// slot per warp (the row group it shares with the next warp), two parts of a warp's 4 x 4
+/// sums per lane. The counters (one per slot) are cleared by the permutation each forward.
+inline constexpr int kBalancedMaxBlocks = 1024;
+inline constexpr int kBalancedSlots = kBalancedMaxBlocks * kFastWarps;
+inline constexpr int kBalancedSlotFloats = 2 * 16 * 32;
+inline constexpr size_t kBalancedAccBytes = size_t{kBalancedSlots} * kBalancedSlotFloats * sizeof(float);
+
+/// Block `b`'s share of the balanced grid.
+struct BalancedBlock {
+  int unit = -1;         // first unit (-1: no work)
+  int unit_stride = 1;   // next units: unit + k * unit_stride (more units than blocks)
+  int index = 0;         // this block among the unit's blocks
+  int blocks = 1;        // the unit's blocks
+  int first_slot = 0;    // slot of the unit's first warp
+};
+/// `units` units over `blocks` blocks, unit u taking blocks / units blocks (one more for
+/// the first blocks % units), at most ceil(rg / 4) (each warp >= one row group's chunks,
+/// so a row group is cut at most once). More units than blocks: block b takes units b,
+/// b + blocks, ... alone (its slots reused after a block barrier).
+MXMOE_HD BalancedBlock balanced_block(int units, int blocks, int rg, int b) {
+  BalancedBlock r;
+  if (units <= 0 || b >= blocks) return r;
+  const int q = blocks / units, rem = blocks % units;
+  if (q == 0) {
+    if (b < units) {
+      r.unit = b;
+      r.unit_stride = blocks;
+      r.first_slot = kFastWarps * b;
+    }
+    return r;
+  }
+  int first = 0;
+  if (b < rem * (q + 1)) {
+    r.unit = b / (q + 1);
+    r.blocks = q + 1;
+    first = r.unit * (q + 1);
+  } else {
+    r.unit = rem + (b - rem * (q + 1)) / q;
+    r.blocks = q;
+    first = rem * (q + 1) + (r.unit - rem) * q;
+  }
+  r.unit_stride = units;  // one unit each
+  r.index = b - first;
+  r.first_slot = kFastWarps * first;
+  const int cap = (rg + kFastWarps - 1) / kFastWarps;
+  if (r.blocks > cap) r.blocks = cap;
+  if (r.index >= r.blocks) r.unit = -1;
+  return r;
+}
+/// Chunk range [lo, hi) of warp `wi` of a unit's `blocks` blocks, chunks numbered
+/// row group major (rg x kc < 2^31); the first chunks % nw warps take one chunk more.
+/// Empty for warps past the rg warps a unit can use.
+MXMOE_HD void balanced_range(int rg, int kc, int blocks, int wi, int* lo, int* hi) {
+  const int nw = kFastWarps * blocks < rg ? kFastWarps * blocks : rg;
+  *lo = *hi = 0;
+  if (wi >= nw) return;
+  const int chunks = rg * kc, q = chunks / nw, extra = chunks - q * nw;
+  *lo = wi * q + (wi < extra ? wi : extra);
+  *hi = *lo + q + (wi < extra ? 1 : 0);
+}
+
 /// GEMM2 on the decode path splits its reduction (N, whole 64-K chunks) over grid z so
 /// more warps stream weights at few tokens (at M=1 the unsplit grid has 6.8 warps per
 /// SM). Split s writes its fp32 partial (before the range factor) to its own copy of y;

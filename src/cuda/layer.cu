@@ -302,7 +302,14 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
   }
+  if (fp8_in && use_balanced(tokens)) {
+    l.balanced_count = take(sizeof(uint32_t) * kBalancedSlots);
+    l.balanced_acc = take(kBalancedAccBytes);
+  }
   l.total = align256(off);
+  // The balanced decode kernel's slots: no smaller total above its sizes.
+  if (fp8_in && tokens > kBalancedMaxTokens)
+    l.total = std::max(l.total, make(cfg, kBalancedMaxTokens).total);
   // FP8 mode: from kFp8PrefillMinTokens its staging buffers replace the exact prefill
   // path's, which are larger. The total stays at least that of the last size that used
   // those, so it never shrinks as M grows (workspace_size(max) covers every M <= max).
@@ -597,6 +604,12 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
+  // The balanced decode GEMM1's counters (WorkspaceLayout: MXFP8 x at its sizes).
+  const bool balanced = cfg.input_format == InputFormat::MXFP8 && use_balanced(M);
+  if (balanced) {
+    pp.clear = reinterpret_cast<uint32_t*>(ws + L.balanced_count);
+    pp.clear_words = kBalancedSlots;
+  }
   if (quantize) {
     launch_quantize_permute(pp, static_cast<const uint16_t*>(args.x), K, cfg.scale_rule, q, qs, st);
     x = q;
@@ -669,6 +682,10 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.w13f8 = fp8_view(s.w13c, s.w13g, s.f13);
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
+  }
+  if (balanced) {
+    g1.split_acc = reinterpret_cast<float*>(ws + L.balanced_acc);
+    g1.split_count = pp.clear;
   }
   launch_gemm1(g1, st);
 

@@ -16,6 +16,7 @@
 // once, and a block of kThreads takes kThreads * kRun pairs per barrier step.
 // Small problems use one block instead (permute_small_block below, heuristics.h).
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
+// Either form also clears the words a later kernel of the forward counts on (p.clear).
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
@@ -54,8 +55,16 @@ __device__ __forceinline__ uint32_t run_matches(const PermuteParams& p, int64_t 
   return mask;
 }
 
+/// p.clear's words to zero, spread over the launch's threads.
+__device__ __forceinline__ void clear_words(const PermuteParams& p) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.clear_words;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p.clear[i] = 0u;
+}
+
 __global__ void __launch_bounds__(kThreads) permute_count_kernel(const PermuteParams p) {
   __shared__ int s_warp[kWarps];
+  clear_words(p);
   const int e = blockIdx.x;
   const int64_t total = p.tokens * p.top_k;
   int count = 0;
@@ -193,6 +202,7 @@ struct QuantizeArgs {
 
 __global__ void __launch_bounds__(kSmallThreads) prologue_kernel(const PermuteParams p,
                                                                  const QuantizeArgs q) {
+  clear_words(p);
   if (blockIdx.x == 0) {
     permute_small_block(p);
     return;

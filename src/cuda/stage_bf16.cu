@@ -12,6 +12,7 @@
 // Columns past `cols` are zeros up to `stride` (a multiple of 64). A value is exact in
 // BF16 when it is 0, NaN, or a normal BF16 number (|v| >= 2^-126) that converts back to
 // itself; anything else sets the flag bit, and that GEMM runs on the generic path.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -174,6 +175,17 @@ int prefill_ctas() {
     if (n >= 1 && n < sms) return n;
   }
   return sms;
+}
+
+int decode_balanced_blocks(int blocks_per_sm) {
+  const int wave = std::min(std::max(blocks_per_sm, 1) * current_sm_count(), kBalancedMaxBlocks);
+  // Tests shrink the grid so that small problems cut row groups between warps, or give
+  // blocks several units.
+  if (const char* v = std::getenv("MXMOE_DECODE_BLOCKS")) {
+    const int n = std::atoi(v);
+    if (n >= 1 && n < wave) return n;
+  }
+  return wave;
 }
 
 int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -516,6 +517,8 @@ struct StageCase {
                             // (heuristics.h pf_split_parts)
   bool tiny_mid = false;    // x scaled 2^-64 (exact in BF16): intermediate blocks under
                             // scale byte 10, which GEMM2's staged rows do not take
+  int decode_blocks = 0;    // > 0: MXMOE_DECODE_BLOCKS (the balanced decode GEMM1's grid,
+                            // small enough that warps share row groups or blocks loop)
 };
 
 bool prefill_expected(int64_t M, bool decode_only = false) {
@@ -640,6 +643,7 @@ void run_gemm1_stage(const StageCase& sc) {
   a.out = out.p;
   if (sc.prefill_ctas > 0) setenv("MXMOE_PREFILL_CTAS", std::to_string(sc.prefill_ctas).c_str(), 1);
   if (sc.token_tile > 0) setenv("MXMOE_PREFILL_TOKEN_TILE", std::to_string(sc.token_tile).c_str(), 1);
+  if (sc.decode_blocks > 0) setenv("MXMOE_DECODE_BLOCKS", std::to_string(sc.decode_blocks).c_str(), 1);
   const int tile = cd::prefill_tile_tokens(M, cfg.top_k, 4);
   if (sc.split_gemm > 0) {
     // The split GEMM's tiles from the routing's rows per local expert; the smallest CTA
@@ -661,8 +665,21 @@ void run_gemm1_stage(const StageCase& sc) {
   layer.forward(a, ws.p, ws.n, nullptr);
   unsetenv("MXMOE_PREFILL_CTAS");
   unsetenv("MXMOE_PREFILL_TOKEN_TILE");
+  unsetenv("MXMOE_DECODE_BLOCKS");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto wsh = ws.down();
+  // The balanced decode GEMM1: the second part of every cut row group reset its counter.
+  if (sc.x_fp8 && cd::use_balanced(M)) {
+    ASSERT_NE(L.balanced_count, 0u);
+    for (int i = 0; i < cd::kBalancedSlots; ++i) {
+      uint32_t c = 0;
+      std::memcpy(&c, wsh.data() + L.balanced_count + 4 * i, 4);
+      if (c != 0u) {
+        ADD_FAILURE() << "balanced counter " << i << " is " << c;
+        break;
+      }
+    }
+  }
 
   // Prefill path (sm_90): x staged exactly, or flagged and run on the generic path.
   const bool prefill = prefill_expected(M, sc.decode_only);
@@ -822,6 +839,59 @@ void run_gemm1_stage(const StageCase& sc) {
   EXPECT_EQ(y_bad, 0);
 }
 
+// Host only (no GPU): the balanced decode GEMM1's partition (heuristics.h). Every chunk
+// of every unit is taken by exactly one warp; a warp's range is empty or at least one
+// row group long, so a row group has at most two parts, and the two parts' warps agree
+// on a slot (the first part's warp index) that no other cut row group uses at the same
+// time (with more units than blocks a block reuses its slots one unit after another).
+TEST(Balanced, PartitionCoversEveryChunkOnceAndCutsRowGroupsAtMostOnce) {
+  for (int units : {1, 2, 3, 7, 28, 44, 100})
+    for (int blocks : {1, 2, 5, 27, 96, 660})
+      for (int rg : {1, 2, 5, 6, 96})
+        for (int kc : {1, 3, 56}) {
+          SCOPED_TRACE(testing::Message() << "units " << units << " blocks " << blocks << " rg " << rg << " kc " << kc);
+          std::vector<int> taken(static_cast<size_t>(units) * rg * kc, 0);
+          std::map<std::pair<int, int>, int> part0_slot, part1_slot;  // (unit, rg) -> slot
+          std::map<int, std::set<int>> units_of_slot;
+          for (int b = 0; b < blocks; ++b) {
+            const cd::BalancedBlock bb = cd::balanced_block(units, blocks, rg, b);
+            if (bb.unit < 0) continue;
+            ASSERT_LE(bb.blocks, (rg + cd::kFastWarps - 1) / cd::kFastWarps);
+            ASSERT_LT(bb.index, bb.blocks);
+            for (int u = bb.unit; u < units; u += bb.unit_stride)
+              for (int w = 0; w < cd::kFastWarps; ++w) {
+                const int wi = cd::kFastWarps * bb.index + w;
+                int lo = 0, hi = 0;
+                cd::balanced_range(rg, kc, bb.blocks, wi, &lo, &hi);
+                if (lo == hi) continue;
+                ASSERT_GE(hi - lo, kc);
+                ASSERT_LT(bb.first_slot + wi, cd::kFastWarps * blocks);
+                for (int c = lo; c < hi; ++c) ++taken[(static_cast<size_t>(u) * rg) * kc + c];
+                const int r0 = static_cast<int>(lo / kc), r1 = static_cast<int>((hi - 1) / kc);
+                if (lo % kc != 0) {  // part 1 of row group r0: the previous warp's slot
+                  ASSERT_EQ(part1_slot.count({u, r0}), 0u);
+                  part1_slot[{u, r0}] = bb.first_slot + wi - 1;
+                }
+                if (hi % kc != 0) {  // part 0 of row group r1: this warp's slot
+                  ASSERT_EQ(part0_slot.count({u, r1}), 0u);
+                  part0_slot[{u, r1}] = bb.first_slot + wi;
+                  units_of_slot[bb.first_slot + wi].insert(u);
+                }
+              }
+          }
+          for (size_t i = 0; i < taken.size(); ++i) ASSERT_EQ(taken[i], 1) << "chunk " << i;
+          ASSERT_EQ(part0_slot.size(), part1_slot.size());
+          for (const auto& [key, slot] : part0_slot) {
+            ASSERT_EQ(part1_slot.count(key), 1u) << "unit " << key.first << " rg " << key.second;
+            EXPECT_EQ(part1_slot[key], slot) << "unit " << key.first << " rg " << key.second;
+          }
+          // A slot serves one cut row group; several units only when blocks loop over
+          // units (one block's, in turn, a block barrier apart).
+          for (const auto& [slot, us] : units_of_slot)
+            if (units <= blocks) EXPECT_EQ(us.size(), 1u) << "slot " << slot;
+        }
+}
+
 TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   REQUIRE_GPU();
   const StageCase cases[] = {
@@ -869,13 +939,22 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 0, false, 1},
       {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
       {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
+      // The balanced decode GEMM1 (2..8 tokens) on grids small enough that row groups
+      // (6 per unit here) are cut between warps: one block per unit (4 warps, K % 64 ==
+      // 32), blocks looping over two units each (biases), and 5 blocks for 4 units (one
+      // unit's 2 blocks cut nothing, the others' do; BF16 intermediate).
+      {Activation::SiTU, true, true, false, 8, 160, 192, false, 0, 0, false, 0, false, 4},
+      {Activation::SwiGLU_OAI, true, true, true, 5, 288, 192, false, 0, 0, false, 0, false, 2},
+      {Activation::SiLU_Gated, true, false, false, 3, 160, 192, false, 0, 0, false, 0, false, 5},
+      {Activation::SiTU, true, true, false, 2, 224, 160, false, 0, 0, false, 0, false, 3},
       {Activation::SiTU, true, true, false, 40, 160, 64},  // the heuristic's own tile at M=40
       {Activation::SiTU, true, true, false, 20, 160, 64},  // prefill from kPrefillMinTokens
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
                                     << " mid_fp8 " << c.mid_fp8 << " M " << c.M << " K " << c.K
-                                    << " N " << c.N << " token tile " << c.token_tile);
+                                    << " N " << c.N << " token tile " << c.token_tile
+                                    << " decode blocks " << c.decode_blocks);
     run_gemm1_stage(c);
   }
   if (prefill_expected(300)) {
@@ -1079,6 +1158,12 @@ TEST(DISABLED_Timing, KimiDecodeStages) {
     g1.inter = inter.p;
     g1.inter_scale = inter_s.p;
     g1.inter_fp8 = true;
+    // The balanced kernel's slots (2..8 tokens); its counters start at zero and every
+    // launch leaves them there.
+    Dev<float> split_acc(cd::kBalancedAccBytes / sizeof(float));
+    Dev<uint32_t> split_count(std::vector<uint32_t>(cd::kBalancedSlots, 0u));
+    g1.split_acc = split_acc.p;
+    g1.split_count = split_count.p;
     cd::Gemm2Params g2;
     g2.w2 = cd::MatView{reinterpret_cast<const uint4*>(w2p.p), w2s.p, static_cast<int>(K),
                         static_cast<int>(N), static_cast<int>(d2.rg), static_cast<int>(d2.kc), f2.p};
