@@ -258,9 +258,7 @@ struct Gemm2Params {
   const uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
   const uint32_t* inexact = nullptr;
-  /// Split last wave (wgmma_mx.cuh pf_plan), or null; at 2..8 tokens the balanced decode
-  /// kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
-  float* split_acc = nullptr;
+  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
   uint32_t* split_count = nullptr;
   /// FP8 mode: as Gemm1Params::fp8, the intermediate re-expressed.
   bool fp8 = false;

@@ -412,6 +412,8 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
                          reinterpret_cast<const uint4*>(p.w13.scale) + g * kc * 8, k0,
                          piece_end(k0, kc, hi - pos));
       }
+      // The staging of gemm1_fast_block. (One helper for both kept every instruction
+      // count but reordered a few instructions in both kernels; not run on the GPU.)
       if (threadIdx.x < BT) {
         s_mx[threadIdx.x] = 0;
         const int first = p.offsets[e];
