@@ -940,7 +940,7 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
       {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
       // The balanced decode GEMM1 (2..8 tokens) on grids small enough that row groups
-      // (6 per unit here) are cut between warps: one block per unit (4 warps, K % 64 ==
+      // (5-6 per unit here) are cut between warps: one block per unit (4 warps, K % 64 ==
       // 32), blocks looping over two units each (biases), and 5 blocks for 4 units (one
       // unit's 2 blocks cut nothing, the others' do; BF16 intermediate).
       {Activation::SiTU, true, true, false, 8, 160, 192, false, 0, 0, false, 0, false, 4},
