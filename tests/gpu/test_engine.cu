@@ -521,6 +521,36 @@ struct StageCase {
                             // small enough that warps share row groups or blocks loop)
 };
 
+/// What the balanced decode GEMM1's partition does with a stage case's routing (local
+/// experts 4..7 of run_gemm1_stage's config): row groups cut between warps, and whether
+/// blocks loop over units.
+struct BalancedUse {
+  int cuts = 0;
+  bool loops = false;
+};
+BalancedUse balanced_use(const Routing& routing, int blocks, int64_t K, int64_t N) {
+  int count[4] = {0, 0, 0, 0};
+  for (int32_t id : routing.ids)
+    if (id >= 4) ++count[id - 4];
+  int units = 0;
+  for (int c : count) units += (c + 7) / 8;
+  const int rg = static_cast<int>(2 * N / 64), kc = static_cast<int>((K + 63) / 64);
+  BalancedUse use;
+  use.loops = units > blocks;
+  for (int b = 0; b < blocks; ++b) {
+    const cd::BalancedBlock bb = cd::balanced_block(units, blocks, rg, b);
+    if (bb.unit < 0) continue;
+    for (int w = 0; w < cd::kFastWarps; ++w) {
+      int lo = 0, hi = 0;
+      cd::balanced_range(rg, kc, bb.blocks, cd::kFastWarps * bb.index + w, &lo, &hi);
+      use.cuts += lo < hi && hi % kc != 0;  // per unit of the block: the same ranges
+    }
+  }
+  return use;
+}
+/// The stage cases of the balanced decode GEMM1 on shrunk grids (Gemm1Act test, below).
+Routing stage_routing(int64_t M) { return random_routing(M, 3, {0, 2, 4, 5, 7, 3}, 300 + M, true); }
+
 bool prefill_expected(int64_t M, bool decode_only = false) {
   if (decode_only) return false;
   cudaDeviceProp prop{};
@@ -623,7 +653,7 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   if (sc.tiny_mid)
     for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
-  const Routing routing = random_routing(M, k, {0, 2, 4, 5, 7, 3}, 300 + M, true);  // 6 unused
+  const Routing routing = stage_routing(M);  // 6 unused
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
   CudaMoeLayer layer(cfg, w);
@@ -892,6 +922,31 @@ TEST(Balanced, PartitionCoversEveryChunkOnceAndCutsRowGroupsAtMostOnce) {
         }
 }
 
+// The balanced decode GEMM1 (2..8 tokens) on grids small enough that row groups (5-6
+// per unit here) are cut between warps. With stage_routing's local rows (M=8: 3, 2, 0, 5
+// per local expert; M=5: 2, 0, 0, 4; M=3: 2, 0, 0, 1; M=6: 1, 6, 0, 2): 4 blocks for 3
+// units (K % 64 == 32); one block looping over 2 units (biases); 3 blocks for 2 units,
+// one unit's 2 blocks cutting nothing beside one block that cuts (BF16 intermediate);
+// 3 blocks for 3 units of 5 row groups. Run by the Gemm1Act test below; the next test
+// checks on the host that they cut and loop.
+const StageCase kBalancedCases[] = {
+    {Activation::SiTU, true, true, false, 8, 160, 192, false, 0, 0, false, 0, false, 4},
+    {Activation::SwiGLU_OAI, true, true, true, 5, 288, 192, false, 0, 0, false, 0, false, 1},
+    {Activation::SiLU_Gated, true, false, false, 3, 160, 192, false, 0, 0, false, 0, false, 3},
+    {Activation::SiTU, true, true, false, 6, 224, 160, false, 0, 0, false, 0, false, 3},
+};
+
+// Host only (no GPU): the cases above exercise what they are for.
+TEST(Balanced, StageCasesCutRowGroupsAndLoopOverUnits) {
+  bool loops = false;
+  for (const auto& c : kBalancedCases) {
+    const BalancedUse use = balanced_use(stage_routing(c.M), c.decode_blocks, c.K, c.N);
+    EXPECT_GT(use.cuts, 0) << "M " << c.M << ": no row group cut";
+    loops = loops || use.loops;
+  }
+  EXPECT_TRUE(loops) << "no case makes blocks loop over units";
+}
+
 TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   REQUIRE_GPU();
   const StageCase cases[] = {
@@ -939,18 +994,12 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 0, false, 1},
       {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
       {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
-      // The balanced decode GEMM1 (2..8 tokens) on grids small enough that row groups
-      // (5-6 per unit here) are cut between warps: one block per unit (4 warps, K % 64 ==
-      // 32), blocks looping over two units each (biases), and 5 blocks for 4 units (one
-      // unit's 2 blocks cut nothing, the others' do; BF16 intermediate).
-      {Activation::SiTU, true, true, false, 8, 160, 192, false, 0, 0, false, 0, false, 4},
-      {Activation::SwiGLU_OAI, true, true, true, 5, 288, 192, false, 0, 0, false, 0, false, 2},
-      {Activation::SiLU_Gated, true, false, false, 3, 160, 192, false, 0, 0, false, 0, false, 5},
-      {Activation::SiTU, true, true, false, 2, 224, 160, false, 0, 0, false, 0, false, 3},
       {Activation::SiTU, true, true, false, 40, 160, 64},  // the heuristic's own tile at M=40
       {Activation::SiTU, true, true, false, 20, 160, 64},  // prefill from kPrefillMinTokens
   };
-  for (const auto& c : cases) {
+  std::vector<StageCase> all(std::begin(cases), std::end(cases));
+  all.insert(all.end(), std::begin(kBalancedCases), std::end(kBalancedCases));
+  for (const auto& c : all) {
     SCOPED_TRACE(testing::Message() << "act " << static_cast<int>(c.act) << " x_fp8 " << c.x_fp8
                                     << " mid_fp8 " << c.mid_fp8 << " M " << c.M << " K " << c.K
                                     << " N " << c.N << " token tile " << c.token_tile
