@@ -123,6 +123,7 @@ struct WorkspaceLayout {
                            // split-tile counters (heuristics.h kPrefillWordsBytes)
   size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
   // balanced decode GEMM1 (heuristics.h use_balanced, MXFP8 x; empty otherwise)
+  bool balanced = false;      // this forward runs it (the two buffers below exist)
   size_t balanced_count = 0;  // u32 [kBalancedSlots], cleared by the permutation
   size_t balanced_acc = 0;    // f32, kBalancedAccBytes: cut row groups' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x

@@ -302,7 +302,8 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.xb_back = take(M * 4);
     l.ib = take(pairs * Np * 2);
   }
-  if (fp8_in && use_balanced(tokens)) {
+  l.balanced = fp8_in && use_balanced(tokens);
+  if (l.balanced) {
     l.balanced_count = take(sizeof(uint32_t) * kBalancedSlots);
     l.balanced_acc = take(kBalancedAccBytes);
   }
@@ -604,9 +605,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
-  // The balanced decode GEMM1's counters (WorkspaceLayout: MXFP8 x at its sizes).
-  const bool balanced = cfg.input_format == InputFormat::MXFP8 && use_balanced(M);
-  if (balanced) {
+  // The balanced decode GEMM1's counters.
+  if (L.balanced) {
     pp.clear = reinterpret_cast<uint32_t*>(ws + L.balanced_count);
     pp.clear_words = kBalancedSlots;
   }
@@ -683,7 +683,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
   }
-  if (balanced) {
+  if (L.balanced) {
     g1.split_acc = reinterpret_cast<float*>(ws + L.balanced_acc);
     g1.split_count = pp.clear;
   }

@@ -700,6 +700,7 @@ void run_gemm1_stage(const StageCase& sc) {
   const auto wsh = ws.down();
   // The balanced decode GEMM1: the second part of every cut row group reset its counter.
   if (sc.x_fp8 && cd::use_balanced(M)) {
+    ASSERT_TRUE(L.balanced);
     ASSERT_NE(L.balanced_count, 0u);
     for (int i = 0; i < cd::kBalancedSlots; ++i) {
       uint32_t c = 0;
