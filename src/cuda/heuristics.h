@@ -235,7 +235,12 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 /// checkpoints sit far below: |w| <= 12). Otherwise the decode or generic path.
 /// Measured on the H200 (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill
 /// path with its 32-token tile (session 7): M=12 331 / 344, M=14 349 / 350, M=16 393 /
-/// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367.
+/// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367. Session 22,
+/// decode path with 8-row tiles only (plan_fast) vs prefill: M=9 204 / 253, M=12 215 /
+/// 254, M=14 236 / 255, M=15 244 / 255 (run 2), M=16 256 / 255, M=20 301 / 256, M=24 326 /
+/// 259, M=32 421 / 265 (run 4). Near 9 rows per expert (M=16) the decode path's time
+/// follows how many experts hold more than 8 rows (two units): 247 to 275 us at M=16 over
+/// three routings.
 inline constexpr int64_t kPrefillMinTokens = 16;
 /// The FP8 mode's prefill (wgmma_fp8.cuh, 128-token tiles only) from this many tokens;
 /// below it the exact paths run (decode, then exact prefill from kPrefillMinTokens).
