@@ -123,7 +123,9 @@ struct WorkspaceLayout {
                            // split-tile counters (heuristics.h kPrefillWordsBytes)
   size_t split_acc = 0;    // f32, kPfSplitBytes: split tiles' partial sums
   // balanced decode GEMM1 (heuristics.h use_balanced, MXFP8 x; empty otherwise)
-  bool balanced = false;      // this forward runs it (the two buffers below exist)
+  bool balanced = false;      // the decode path runs it at this size (the two buffers below
+                              // exist; from kPrefillMinTokens beside the prefill path's, for
+                              // devices or weights without that path)
   size_t balanced_count = 0;  // u32 [kBalancedSlots], cleared by the permutation
   size_t balanced_acc = 0;    // f32, kBalancedAccBytes: cut row groups' partial sums
   size_t xb = 0;           // bf16 [M][Kp] staged x
@@ -217,8 +219,8 @@ struct Gemm1Params {
   uint32_t* inexact = nullptr;
   uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
-  /// Split last wave (wgmma_mx.cuh pf_plan), or null; at 2..8 tokens the balanced decode
-  /// kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
+  /// Split last wave (wgmma_mx.cuh pf_plan), or null; on the decode path at 2..32 tokens
+  /// the balanced kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
   float* split_acc = nullptr;
   uint32_t* split_count = nullptr;
   /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per

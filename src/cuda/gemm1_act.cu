@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   gemm1_fast_block<NT, D, kFp8Inter, kAct>(p, count, s_sx, s_back, s_mx, s_row, s_rsc, ring);
 }
 
-// Balanced decode (heuristics.h balanced_block, 2..8 tokens): one wave of blocks over
+// Balanced decode (heuristics.h balanced_block, 2..32 tokens): one wave of blocks over
 // the units (8-row token tiles of the experts holding rows), each warp streaming a
 // contiguous range of its unit's row-group chunks.
 
@@ -993,7 +993,7 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
       Gemm1Params q = p;
       q.fast = FastLaunch{c.lo, c.hi, c.z};
       if (c.nt == 1 && c.depth == 4 && use_balanced(p.tokens)) {
-        // 2..8 tokens: one class (plan_fast), every expert's 8-row tiles in one wave.
+        // 2..32 tokens: one class (plan_fast), every expert's 8-row tiles in one wave.
         if (p.inter_fp8) launch_balanced<4, true>(q, stream);
         else launch_balanced<4, false>(q, stream);
         continue;

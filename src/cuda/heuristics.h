@@ -72,6 +72,9 @@ constexpr int fast_min_blocks(int nt, int depth) {
   return nt == 1 ? (depth >= 8 ? 3 : 5) : nt == 2 ? 3 : 2;
 }
 
+/// Largest token count whose decode path runs only 8-row tiles (plan_fast).
+inline constexpr int64_t kFastEightRowMaxTokens = 32;
+
 /// One decode-path launch: experts whose row count lies in (lo, hi] run with token tile
 /// 8 * nt, `depth` ring stages, and `z` token-tile slots in grid z (slot s takes tiles s,
 /// s + z, ..., so any count is covered; z > 1 only spreads a big expert's tiles).
@@ -85,20 +88,27 @@ struct FastPlan {
   int n = 0;
   FastClass c[3];
 };
-/// Rows per expert are at most `tokens` unless a token repeats an expert (then the last
-/// class's tile loop takes the extra tiles), so only the classes a count <= tokens can
-/// fall in are launched: 8-row tiles for counts <= 8, 16 for 9..16, 32 above (streaming
+/// Up to kFastEightRowMaxTokens tokens one class of 8-row tiles, whatever the counts: the
+/// experts of more rows take several tiles (GEMM2: over grid z, up to 4; GEMM1: the
+/// balanced kernel's units), all in one wave, their weights streamed by several blocks at
+/// the same time (L2 serves the repeats). Measured on the H200 (session 22, graph, us,
+/// MXMOE_PREFILL=0, Kimi shapes), these 8-row tiles against the 16- and 32-row classes
+/// below: M=12 212 / 281, M=16 275 / 328, M=20 300 / 354, M=24 335 / 587, M=32 420 / 725.
+/// Above it, rows per expert are at most `tokens` unless a token repeats an expert (then
+/// the last class's tile loop takes the extra tiles), so only the classes a count <=
+/// tokens can fall in are launched: 16-row tiles for counts <= 16, 32 above (streaming
 /// the weights once per 32 rows). The 16-row launch (nt 2) also takes the counts <= 8,
 /// with 8-row tiles inside the same kernel: as two launches, each class streamed only
-/// part of the experts' weights with the GPU partly idle (M=16: 432 us).
+/// part of the experts' weights with the GPU partly idle (M=16: 432 us, session 7).
 inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count, FastGemm gemm) {
   FastPlan f;
   if (!operand_fp8 || tokens > kFastMaxTokens) return f;
   constexpr int32_t kAny = std::numeric_limits<int32_t>::max();
-  if (tokens <= 8) {
-    f.c[f.n++] = FastClass{1, fast_depth(1, tokens, gemm), 0, kAny, 1};
-  } else if (tokens <= 16) {
-    f.c[f.n++] = FastClass{2, fast_depth(2, tokens, gemm), 0, kAny, 1};
+  if (tokens <= kFastEightRowMaxTokens) {
+    // 8-row tiles; an expert's tiles over grid z (GEMM2; GEMM1's balanced kernel takes
+    // them as units).
+    const int z = static_cast<int>(std::clamp<int64_t>((tokens + 7) / 8, 1, 4));
+    f.c[f.n++] = FastClass{1, fast_depth(1, tokens, gemm), 0, kAny, z};
   } else {
     f.c[f.n++] = FastClass{2, fast_depth(2, tokens, gemm), 0, 16, 1};
     const int z = static_cast<int>(std::clamp<int64_t>((tokens + 31) / 32, 1, 8));
@@ -113,9 +123,10 @@ inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count, Fa
 }
 
 // ---------------------------------------------------------------- balanced decode GEMM1
-/// GEMM1 at 2..8 tokens (plan_fast's one class of 8-row tiles, 4 ring stages) runs as one
+/// GEMM1 at 2..32 tokens (plan_fast's one class of 8-row tiles, 4 ring stages) runs as one
 /// wave: every block of `blocks` = resident blocks per SM x SMs works, on the "units" of
-/// the forward (the 8-row token tiles of the experts holding rows, expert order). A unit
+/// the forward (the 8-row token tiles of the experts holding rows, expert order; an
+/// expert of 9..16 rows is two units, streamed at the same time by neighbouring blocks). A unit
 /// is rg x kc chunks of weights (rg 64-row groups of kc 64-K chunks). Its blocks' warps
 /// take equal contiguous ranges of those chunks, so a row group may be cut between two
 /// neighbouring warps; the one that finishes last adds the other's partial sums (part
@@ -124,7 +135,7 @@ inline FastPlan plan_fast(int64_t tokens, bool operand_fp8, int64_t kb_count, Fa
 /// at 5 per SM): the 12 blocks of the second wave cost ~13 us at M=4 and ~25 at M=8
 /// (session 16's probe T). Not at M=1 (16 experts: 384 blocks for 396 slots at 3 per SM).
 inline constexpr int64_t kBalancedMinTokens = 2;
-inline constexpr int64_t kBalancedMaxTokens = 8;
+inline constexpr int64_t kBalancedMaxTokens = kFastEightRowMaxTokens;
 inline bool use_balanced(int64_t tokens) {
   return tokens >= kBalancedMinTokens && tokens <= kBalancedMaxTokens;
 }
@@ -224,7 +235,12 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 /// checkpoints sit far below: |w| <= 12). Otherwise the decode or generic path.
 /// Measured on the H200 (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill
 /// path with its 32-token tile (session 7): M=12 331 / 344, M=14 349 / 350, M=16 393 /
-/// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367.
+/// 348, M=20 443 / 358, M=24 766 / 359, M=28 886 / 368, M=31 873 / 367. Session 22,
+/// decode path with 8-row tiles only (plan_fast) vs prefill: M=9 204 / 253, M=12 215 /
+/// 254, M=14 236 / 255, M=15 244 / 255 (run 2), M=16 256 / 255, M=20 301 / 256, M=24 326 /
+/// 259, M=32 421 / 265 (run 4). Near 9 rows per expert (M=16) the decode path's time
+/// follows how many experts hold more than 8 rows (two units): 247 to 275 us at M=16 over
+/// three routings.
 inline constexpr int64_t kPrefillMinTokens = 16;
 /// The FP8 mode's prefill (wgmma_fp8.cuh, 128-token tiles only) from this many tokens;
 /// below it the exact paths run (decode, then exact prefill from kPrefillMinTokens).

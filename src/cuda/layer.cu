@@ -593,6 +593,11 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   uint8_t* q = reinterpret_cast<uint8_t*>(ws + L.xq);
   uint8_t* qs = reinterpret_cast<uint8_t*>(ws + L.xq_scale);
 
+  // FP8 mode (config.precision fp8) at prefill sizes; otherwise the exact paths.
+  const bool fp8 = use_fp8_prefill(M, cfg.precision == Precision::FP8);
+  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok);
+  const bool balanced = L.balanced && !prefill && !fp8;
+
   PermuteParams pp;
   pp.ids = ids;
   pp.expert_map = static_cast<const int32_t*>(s.expert_map.get());
@@ -605,8 +610,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
-  // The balanced decode GEMM1's counters.
-  if (L.balanced) {
+  // The balanced decode GEMM1's counters (its sizes on the decode path only: from
+  // kPrefillMinTokens the layout holds the prefill path's buffers too).
+  if (balanced) {
     pp.clear = reinterpret_cast<uint32_t*>(ws + L.balanced_count);
     pp.clear_words = kBalancedSlots;
   }
@@ -620,9 +626,6 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
 
   const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
-  // FP8 mode (config.precision fp8) at prefill sizes; otherwise the exact paths.
-  const bool fp8 = use_fp8_prefill(M, cfg.precision == Precision::FP8);
-  const bool prefill = !fp8 && use_prefill(M, s.prefill_ok);
   uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
   StageFp8Params fx;
@@ -683,7 +686,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
   }
-  if (L.balanced) {
+  if (balanced) {
     g1.split_acc = reinterpret_cast<float*>(ws + L.balanced_acc);
     g1.split_count = pp.clear;
   }

@@ -519,6 +519,9 @@ struct StageCase {
                             // scale byte 10, which GEMM2's staged rows do not take
   int decode_blocks = 0;    // > 0: MXMOE_DECODE_BLOCKS (the balanced decode GEMM1's grid,
                             // small enough that warps share row groups or blocks loop)
+  bool few_rows = false;    // local experts 4 and 5 keep their first 6 and 12 routed rows
+                            // (the rest -1): above 32 tokens, the 16-row kernel's 8- and
+                            // 16-row bodies beside the 32-row class
 };
 
 /// What the balanced decode GEMM1's partition does with a stage case's routing (local
@@ -527,6 +530,7 @@ struct StageCase {
 struct BalancedUse {
   int cuts = 0;
   bool loops = false;
+  bool multi_unit = false;  // an expert of more than 8 rows (several units)
 };
 BalancedUse balanced_use(const Routing& routing, int blocks, int64_t K, int64_t N) {
   int count[4] = {0, 0, 0, 0};
@@ -536,6 +540,7 @@ BalancedUse balanced_use(const Routing& routing, int blocks, int64_t K, int64_t 
   for (int c : count) units += (c + 7) / 8;
   const int rg = static_cast<int>(2 * N / 64), kc = static_cast<int>((K + 63) / 64);
   BalancedUse use;
+  use.multi_unit = *std::max_element(count, count + 4) > 8;
   use.loops = units > blocks;
   for (int b = 0; b < blocks; ++b) {
     const cd::BalancedBlock bb = cd::balanced_block(units, blocks, rg, b);
@@ -653,7 +658,12 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   if (sc.tiny_mid)
     for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
-  const Routing routing = stage_routing(M);  // 6 unused
+  Routing routing = stage_routing(M);  // 6 unused
+  if (sc.few_rows) {
+    int seen[2] = {0, 0};
+    for (int32_t& id : routing.ids)
+      if ((id == 4 && ++seen[0] > 6) || (id == 5 && ++seen[1] > 12)) id = -1;
+  }
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
   CudaMoeLayer layer(cfg, w);
@@ -923,45 +933,56 @@ TEST(Balanced, PartitionCoversEveryChunkOnceAndCutsRowGroupsAtMostOnce) {
         }
 }
 
-// The balanced decode GEMM1 (2..8 tokens) on grids small enough that row groups (5-6
+// The balanced decode GEMM1 (2..32 tokens) on grids small enough that row groups (5-10
 // per unit here) are cut between warps. With stage_routing's local rows (M=8: 3, 2, 0, 5
-// per local expert; M=5: 2, 0, 0, 4; M=3: 2, 0, 0, 1; M=6: 1, 6, 0, 2): 4 blocks for 3
-// units (K % 64 == 32); one block looping over 2 units (biases); 3 blocks for 2 units,
-// one unit's 2 blocks cutting nothing beside one block that cuts (BF16 intermediate);
-// 3 blocks for 3 units of 5 row groups. Run by the Gemm1Act test below; the next test
-// checks on the host that they cut and loop.
+// per local expert; M=5: 2, 0, 0, 4; M=3: 2, 0, 0, 1; M=6: 1, 6, 0, 2; M=28: 14, 9, 0,
+// 8; M=24: 10, 7, 0, 7): 4 blocks for 3 units (K % 64 == 32); one block looping over 2
+// units (biases); 3 blocks for 2 units, one unit's 2 blocks cutting nothing beside one
+// block that cuts (BF16 intermediate); 3 blocks for 3 units of 5 row groups; then the
+// decode path above kPrefillMinTokens (MXMOE_PREFILL=0) with experts of two units: 3
+// blocks looping over 5 units, and 9 blocks for 4 units of 10 row groups (biases). Run
+// by the Gemm1Act test below; the next test checks on the host that they cut, loop and
+// hold experts of several units.
 const StageCase kBalancedCases[] = {
     {Activation::SiTU, true, true, false, 8, 160, 192, false, 0, 0, false, 0, false, 4},
     {Activation::SwiGLU_OAI, true, true, true, 5, 288, 192, false, 0, 0, false, 0, false, 1},
     {Activation::SiLU_Gated, true, false, false, 3, 160, 192, false, 0, 0, false, 0, false, 3},
     {Activation::SiTU, true, true, false, 6, 224, 160, false, 0, 0, false, 0, false, 3},
+    {Activation::SiTU, true, true, false, 28, 160, 192, false, 0, 0, true, 0, false, 3},
+    {Activation::SwiGLU_OAI, true, true, true, 24, 224, 320, false, 0, 0, true, 0, false, 9},
 };
 
 // Host only (no GPU): the cases above exercise what they are for.
 TEST(Balanced, StageCasesCutRowGroupsAndLoopOverUnits) {
-  bool loops = false;
+  bool loops = false, multi_unit = false;
   for (const auto& c : kBalancedCases) {
     const BalancedUse use = balanced_use(stage_routing(c.M), c.decode_blocks, c.K, c.N);
     EXPECT_GT(use.cuts, 0) << "M " << c.M << ": no row group cut";
     loops = loops || use.loops;
+    multi_unit = multi_unit || use.multi_unit;
   }
   EXPECT_TRUE(loops) << "no case makes blocks loop over units";
+  EXPECT_TRUE(multi_unit) << "no case has an expert of several units (more than 8 rows)";
 }
 
 TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   REQUIRE_GPU();
   const StageCase cases[] = {
       {Activation::SiTU, true, true, false, 8, 128, 64},      // decode tile (NT=1)
-      {Activation::SiTU, true, true, false, 12, 160, 64},     // decode path, NT=2, 3 chunks
-      {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true},  // NT=4, K % 64 == 32
+      {Activation::SiTU, true, true, false, 12, 160, 64},     // balanced decode at 12 tokens
+      // The decode path at 20 tokens (local rows 8, 11, 0, 8): 8-row units, the expert of
+      // 11 rows as two (balanced kernel), K % 64 == 32.
+      {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true},
       // Block-diagonal decode (warp_mma_diag) for experts of 1, 2 and 3-4 rows: a partial
       // cycle (5 and 9 MX blocks), K % 64 == 32 with biases, BF16 intermediate.
       {Activation::SiTU, true, true, false, 1, 160, 64},
       {Activation::SwiGLU_OAI, true, true, true, 2, 96, 96},
       {Activation::SiTU, true, false, false, 3, 288, 64},
-      // The 16-row kernel serving experts of <= 8 rows too (8-row and diagonal bodies).
-      {Activation::SiTU, true, true, false, 14, 128, 64},
-      {Activation::SwiGLU_OAI, true, true, true, 20, 128, 96, false, 0, 0, true},  // biases
+      // Above 32 tokens (decode path; stage_routing's local rows at M=40: 20, 18, 0, 17):
+      // the 16-row kernel serving experts of 6 and 12 rows (8-row, diagonal and 16-row
+      // bodies) beside the 32-row class; then biases, every expert in the 32-row class.
+      {Activation::SiTU, true, true, false, 40, 128, 64, false, 0, 0, true, 0, false, 0, true},
+      {Activation::SwiGLU_OAI, true, true, true, 40, 128, 96, false, 0, 0, true},
       {Activation::SiLU_Gated, false, false, false, 5, 64, 64},
       {Activation::SiTU, false, true, false, 33, 160, 64},
       {Activation::SwiGLU_OAI, true, false, true, 2, 96, 32},
@@ -1019,11 +1040,14 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
 // in split order as finalize does). flags: pass the load-time special-scale flags (the
 // two-op scale conversion for normal groups) instead of none (every group exact-slow).
 // special: put a NaN scale byte (0xFF) and a 2^-127 byte (0x00) into two W2 rows.
+// rows: the three experts' rows (default tokens / 2, 0, tokens - tokens / 2 + 3).
 void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, int splits = 1,
-                     bool flags = false, bool special = false) {
+                     bool flags = false, bool special = false, std::vector<int32_t> rows_of = {}) {
   const int el = 3;
-  const std::vector<int32_t> counts = {static_cast<int32_t>(tokens / 2), 0,
-                                       static_cast<int32_t>(tokens - tokens / 2 + 3)};
+  const std::vector<int32_t> counts =
+      rows_of.empty() ? std::vector<int32_t>{static_cast<int32_t>(tokens / 2), 0,
+                                             static_cast<int32_t>(tokens - tokens / 2 + 3)}
+                      : rows_of;
   std::vector<int32_t> offsets = {0, counts[0], counts[0]};
   offsets.push_back(offsets[2] + counts[2]);
   const int64_t rows = offsets[3];
@@ -1117,9 +1141,9 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, 
 TEST(Gemm2, ExactGridBitExactFormatsTilesTailsAndEmptyExpert) {
   REQUIRE_GPU();
   run_gemm2_stage(true, 6, 128, 64, false);   // decode tile
-  run_gemm2_stage(true, 12, 128, 160, false); // decode path NT=2, ring wraps
-  run_gemm2_stage(true, 20, 96, 96, true);    // decode path NT=4, K tail, 2nd tile idle
-  run_gemm2_stage(true, 40, 96, 96, true);    // NT=4, row tail and K tail, bias
+  run_gemm2_stage(true, 12, 128, 160, false); // 8-row tiles, grid z 2 (a 9-row expert), ring wraps
+  run_gemm2_stage(true, 20, 96, 96, true);    // grid z 3 (two tiles each), K tail, a slot idle
+  run_gemm2_stage(true, 40, 96, 96, true);    // > 32 tokens: NT=4, row tail and K tail, bias
   run_gemm2_stage(false, 7, 64, 128, false);
   run_gemm2_stage(false, 70, 160, 32, true);
 }
@@ -1128,9 +1152,10 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   REQUIRE_GPU();
   run_gemm2_stage(true, 6, 128, 64, false, 1, true);        // two-op scales, no split
   run_gemm2_stage(true, 6, 128, 256, false, 4, true);       // 4 splits of 2 chunks
-  run_gemm2_stage(true, 12, 128, 160, false, 2, true);      // NT=2, uneven split (3 chunks)
-  run_gemm2_stage(true, 20, 96, 96, false, 4, true);        // NT=4, K tail, empty splits
-  run_gemm2_stage(true, 30, 96, 160, false, 3, true);       // NT=4, 18 rows, 3 splits
+  run_gemm2_stage(true, 12, 128, 160, false, 2, true);      // grid z 2 x uneven split (3 chunks)
+  run_gemm2_stage(true, 20, 96, 96, false, 4, true);        // grid z 3 x 4, K tail, empty splits
+  run_gemm2_stage(true, 30, 96, 160, false, 3, true);       // grid z 4 x 3, 18 rows (3 tiles)
+  run_gemm2_stage(true, 40, 96, 160, false, 3, true);       // > 32 tokens: NT=4, 3 splits
   run_gemm2_stage(true, 6, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes: exact path
   run_gemm2_stage(true, 6, 128, 256, false, 1, false, true); // same, no flags at all
   // Block-diagonal decode (warp_mma_diag): experts of 1 and 4 rows (R = 1, 4), of 2 and
@@ -1140,8 +1165,13 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   run_gemm2_stage(true, 4, 96, 96, false, 2, true);          // R=2, K tail, 2 splits
   run_gemm2_stage(true, 2, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes, R=1/4
   run_gemm2_stage(true, 2, 64, 288, true);                   // R=1 and R=4, bias, 9 blocks
-  // The 16-row kernel (tokens > 8) also runs the experts of <= 8 rows: 4 rows (diagonal
-  // R=4) and 8 rows; then 8 and 12 rows beside an empty 32-row class launch.
+  // Above 32 tokens the 16-row kernel also runs the experts of <= 8 rows: 4 rows (diagonal
+  // R=4), 8 rows and 12 beside an empty 32-row class launch; then 8 and 12 rows beside 24
+  // in the 32-row class.
+  run_gemm2_stage(true, 40, 128, 160, false, 1, true, false, {4, 8, 12});
+  run_gemm2_stage(true, 40, 96, 128, false, 2, true, false, {8, 12, 24});
+  // At 9..32 tokens 8-row tiles only: experts of 4 and 8 rows (a grid z slot idle), and
+  // 8 and 12 rows over grid z 3 with 2 splits.
   run_gemm2_stage(true, 9, 128, 160, false, 1, true);
   run_gemm2_stage(true, 17, 96, 128, false, 2, true);
 }
@@ -1208,7 +1238,7 @@ TEST(DISABLED_Timing, KimiDecodeStages) {
     g1.inter = inter.p;
     g1.inter_scale = inter_s.p;
     g1.inter_fp8 = true;
-    // The balanced kernel's slots (2..8 tokens); its counters start at zero and every
+    // The balanced kernel's slots (2..32 tokens); its counters start at zero and every
     // launch leaves them there.
     Dev<float> split_acc(cd::kBalancedAccBytes / sizeof(float));
     Dev<uint32_t> split_count(std::vector<uint32_t>(cd::kBalancedSlots, 0u));
