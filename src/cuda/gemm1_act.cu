@@ -163,6 +163,25 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
 // mainloop with the weights streamed D chunks deep. Each block stages its token tile's
 // row pointers and x scales in shared memory once; all 4 warps share them.
 //
+/// Thread i < BT of a decode block stages token row i of the tile whose first routed row
+/// is `first_row` (rows past `valid` null): its x row and MX scales for the mainloop and
+/// stage_b_scales. The index stays unsigned: as a signed int one IMAD changed in every
+/// kernel (session 21, cuobjdump).
+__device__ __forceinline__ void stage_token_row(const Gemm1Params& p, int first_row, int valid, int kbK,
+                                                int* s_mx, const uint8_t** s_row, const uint8_t** s_rsc) {
+  const unsigned i = threadIdx.x;
+  s_mx[i] = 0;
+  const uint8_t* row = nullptr;
+  const uint8_t* rsc = nullptr;
+  if (static_cast<int>(i) < valid) {
+    const int64_t tok = p.row_map[first_row + i] / p.top_k;
+    row = static_cast<const uint8_t*>(p.x) + tok * p.hidden;
+    rsc = p.x_scale + tok * kbK;
+  }
+  s_row[i] = row;
+  s_rsc[i] = rsc;
+}
+
 // One block's work with token tile 8 * NT. The shared staging is the kernel's, sized for
 // its own (larger or equal) tile; s_sx is used as [K/32][8 * NT].
 template <int NT, int D, bool kFp8Inter, int kAct>
@@ -182,7 +201,6 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
   const uint4* wp = p.w13.packed + (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 4 * 32;
   const uint4* ws4 = reinterpret_cast<const uint4*>(p.w13.scale) +
                      (static_cast<size_t>(e) * p.w13.rg + rgc) * p.w13.kc * 8;
-  const uint8_t* x = static_cast<const uint8_t*>(p.x);
   // Weight scales without bytes 0 / 0xFF (flagged at load) take the two-op conversion.
   const bool special =
       p.w13.special == nullptr || p.w13.special[static_cast<size_t>(e) * p.w13.rg + rgc] != 0;
@@ -192,18 +210,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
     // The first weight loads go out before the token-scale staging (they do not depend
     // on it), so the HBM round trip overlaps the staging's L2 round trips.
     if (active) fast_prefetch<D>(ring, wp, ws4, 0, p.w13.kc);
-    if (threadIdx.x < BT) {
-      s_mx[threadIdx.x] = 0;
-      const uint8_t* row = nullptr;
-      const uint8_t* rsc = nullptr;
-      if (static_cast<int>(threadIdx.x) < valid) {
-        const int64_t tok = p.row_map[off + tile * BT + threadIdx.x] / p.top_k;
-        row = x + tok * K;
-        rsc = p.x_scale + tok * kbK;
-      }
-      s_row[threadIdx.x] = row;
-      s_rsc[threadIdx.x] = rsc;
-    }
+    if (threadIdx.x < BT) stage_token_row(p, off + tile * BT, valid, kbK, s_mx, s_row, s_rsc);
     __syncthreads();
     stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
     __syncthreads();
@@ -308,8 +315,8 @@ __device__ __forceinline__ int3 unit_at(const int32_t* counts, int num_local, in
 
 /// End of the piece of a row group that starts at chunk k0 with `left` chunks of the
 /// warp's range to go.
-__device__ __forceinline__ int piece_end(int k0, int kc, int64_t left) {
-  return left < kc - k0 ? k0 + static_cast<int>(left) : kc;
+__device__ __forceinline__ int piece_end(int k0, int kc, int left) {
+  return left < kc - k0 ? k0 + left : kc;
 }
 
 /// A row group cut between two warps (part 0: its first K chunks, part 1: the rest),
@@ -412,21 +419,10 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
                          reinterpret_cast<const uint4*>(p.w13.scale) + g * kc * 8, k0,
                          piece_end(k0, kc, hi - pos));
       }
-      // The staging of gemm1_fast_block. (One helper for both kept every instruction
-      // count but reordered a few instructions in both kernels; not run on the GPU.)
       if (threadIdx.x < BT) {
-        s_mx[threadIdx.x] = 0;
         const int first = p.offsets[e];
         if (threadIdx.x == 0) s_state.first = first;  // for the epilogue, after the barriers
-        const uint8_t* row = nullptr;
-        const uint8_t* rsc = nullptr;
-        if (static_cast<int>(threadIdx.x) < valid) {
-          const int64_t tok = p.row_map[first + tile * BT + threadIdx.x] / p.top_k;
-          row = static_cast<const uint8_t*>(p.x) + tok * p.hidden;
-          rsc = p.x_scale + tok * kbK;
-        }
-        s_row[threadIdx.x] = row;
-        s_rsc[threadIdx.x] = rsc;
+        stage_token_row(p, first + tile * BT, valid, kbK, s_mx, s_row, s_rsc);
       }
       __syncthreads();
       stage_b_scales_out_of_line<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);

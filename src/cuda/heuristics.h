@@ -91,9 +91,10 @@ struct FastPlan {
 /// Up to kFastEightRowMaxTokens tokens one class of 8-row tiles, whatever the counts: the
 /// experts of more rows take several tiles (GEMM2: over grid z, up to 4; GEMM1: the
 /// balanced kernel's units), all in one wave, their weights streamed by several blocks at
-/// the same time (L2 serves the repeats). Measured on the H200 (session 22, graph, us,
-/// MXMOE_PREFILL=0, Kimi shapes), these 8-row tiles against the 16- and 32-row classes
-/// below: M=12 212 / 281, M=16 275 / 328, M=20 300 / 354, M=24 335 / 587, M=32 420 / 725.
+/// the same time (L2 serves the repeats). Measured on the H200 (session 22, run 4, graph,
+/// us, Kimi shapes), the 16- and 32-row classes below against these 8-row tiles: M=12 285
+/// / 219; with MXMOE_PREFILL=0, M=16 305 / 256, M=20 355 / 301, M=24 589 / 326, M=32 845 /
+/// 421. A 16-row tile for the balanced kernel was slower (PERFORMANCE.md, session 22).
 /// Above it, rows per expert are at most `tokens` unless a token repeats an expert (then
 /// the last class's tile loop takes the extra tiles), so only the classes a count <=
 /// tokens can fall in are launched: 16-row tiles for counts <= 16, 32 above (streaming
