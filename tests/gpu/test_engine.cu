@@ -1048,8 +1048,8 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, 
       rows_of.empty() ? std::vector<int32_t>{static_cast<int32_t>(tokens / 2), 0,
                                              static_cast<int32_t>(tokens - tokens / 2 + 3)}
                       : rows_of;
-  std::vector<int32_t> offsets = {0, counts[0], counts[0]};
-  offsets.push_back(offsets[2] + counts[2]);
+  std::vector<int32_t> offsets = {0};
+  for (int32_t c : counts) offsets.push_back(offsets.back() + c);
   const int64_t rows = offsets[3];
   MoeConfig cfg;
   cfg.num_experts = el;
