@@ -307,6 +307,29 @@ __device__ __forceinline__ void fast_issue(const FastRing<D>& ring, const uint4*
   }
   cp_async_commit();
 }
+/// fast_issue inside the mainloop, where every instruction counts (at few rows the loop
+/// is bound by issue, not by HBM): one global and one shared address per chunk, from
+/// unsigned 32-bit offsets (no sign extension), and the four row tiles and the scale words
+/// at offsets the copies encode (cp_async_16_at). No per-lane bases are kept across the
+/// loop: held beside the caller's wp and ws4, they spilled in GEMM2's 8-row kernel.
+template <int D>
+__device__ __forceinline__ void fast_issue_lean(const FastRing<D>& ring, const uint4* __restrict__ wp,
+                                                const uint4* __restrict__ ws4, int kc, int kc_end,
+                                                int st) {
+  constexpr uint32_t kTile = 32 * 16;  // bytes of one row tile's chunk (32 lanes x 16)
+  const uint32_t lane = threadIdx.x & 31;
+  if (kc < kc_end) {
+    const uint4* src = wp + (static_cast<uint32_t>(kc) * 128u + lane);
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(ring.stage)) +
+                         (static_cast<uint32_t>(st) * kFastStageBytes + lane * 16u);
+    cp_async_16_at<0 * kTile, 0 * kTile>(dst, src);
+    cp_async_16_at<1 * kTile, 1 * kTile>(dst, src);
+    cp_async_16_at<2 * kTile, 2 * kTile>(dst, src);
+    cp_async_16_at<3 * kTile, 3 * kTile>(dst, src);
+    if (lane < 8) cp_async_16_at<4 * kTile, 0>(dst, ws4 + (static_cast<uint32_t>(kc) * 8u + lane));
+  }
+  cp_async_commit();
+}
 template <int D>
 __device__ __forceinline__ void fast_prefetch(const FastRing<D>& ring, const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
@@ -371,23 +394,31 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) b_cur[nt][h] = b_nxt[nt][h] = make_uint2(0u, 0u);
+  // This lane's 8 bytes of block 0 of chunk 0; chunk kc's lie kc * 64 bytes further (an
+  // unsigned 32-bit offset, so one 64-bit add per chunk and block 1 at +32 in the load).
+  const uint8_t* b_lane[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) b_lane[nt] = brow[nt] != nullptr ? brow[nt] + 8 * t : nullptr;
   auto load_b = [&](uint2 (&b)[NT][2], int kc) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      if (NT == 1 || nt < nt_used)
+      if (NT == 1 || nt < nt_used) {
+        const uint8_t* at = b_lane[nt] + static_cast<uint32_t>(kc) * 64u;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          ldg_nc_u2_if(brow[nt] != nullptr && 2 * kc + h < kb_count, brow[nt] + (2 * kc + h) * 32 + 8 * t,
-                       b[nt][h]);
+          ldg_nc_u2_if(b_lane[nt] != nullptr && 2 * kc + h < kb_count, at + 32 * h, b[nt][h]);
+      }
   };
   load_b(b_cur, kc_begin);
   for (int kc = kc_begin; kc < kc_end; ++kc) {
-    const int i = kc - kc_begin;
+    // Unsigned, so the stage index is a mask (D a power of two) or a multiply, not a
+    // signed remainder's four instructions.
+    const uint32_t i = static_cast<uint32_t>(kc - kc_begin);
     load_b(b_nxt, kc + 1);
     // The stage refilled here was read in the previous iteration; every lane is past
     // those reads (their values fed that iteration's MMAs) once the warp syncs.
     __syncwarp();
-    fast_issue<D>(ring, wp, ws4, kc + D - 1, kc_end, (i + D - 1) % D);
+    fast_issue_lean<D>(ring, wp, ws4, kc + D - 1, kc_end, static_cast<int>((i + D - 1) % D));
     cp_async_wait<D - 1>();  // this lane's copies of chunk kc have landed
     __syncwarp();            // and the scale words other lanes copied
     const uint4* st = ring.stage + (i % D) * (kFastStageBytes / 16);
