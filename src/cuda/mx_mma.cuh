@@ -314,7 +314,8 @@ __device__ __forceinline__ void fast_issue(const FastRing<D>& ring, const uint4*
 /// loop: held beside the caller's wp and ws4, they spilled in GEMM2's 8-row kernel. The
 /// shared base is this lane's slot of stage 0: with the lane added to the stage offset
 /// instead, GEMM2's 8-row kernel spilled 10 bytes instead of 6 and M=1 was 1% slower
-/// (H200, session 23, runs 2 and 3).
+/// (H200, session 23, runs 2 and 3). fast_prefetch (D - 1 calls per block, outside the
+/// loop) keeps fast_issue; this form was not measured there.
 template <int D>
 __device__ __forceinline__ void fast_issue_lean(const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                 const uint4* __restrict__ ws4, int kc, int kc_end,
