@@ -28,8 +28,8 @@
 // and the largest error in units of the largest product's f32 ulp.
 //
 // Build (development machine) and run (H200):
-//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a bench/fp8_mma_probe.cu \
-//        -o build-gpu/fp8_mma_probe
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc/cuda -Iinclude \
+//        bench/fp8_mma_probe.cu -o build-gpu/fp8_mma_probe
 //   build-gpu/fp8_mma_probe
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -41,7 +41,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "mx_mma.cuh"  // e4m3x2_to_f16x2, the decode path's token conversion
+#include "ptx.cuh"     // mma_f16_16816, the decode path's MMA
+
 namespace {
+using mxmoe::cuda_detail::e4m3x2_to_f16x2;
+using mxmoe::cuda_detail::mma_f16_16816;
 
 constexpr int kBlocks = 1 << 12;  // block products per distribution
 
@@ -49,12 +54,7 @@ constexpr int kBlocks = 1 << 12;  // block products per distribution
 template <bool kE5m2>
 __device__ __forceinline__ uint32_t a8x2_to_f16x2(uint32_t two) {
   if constexpr (kE5m2) return ((two & 0xFFu) << 8) | ((two & 0xFF00u) << 16);
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  return e4m3x2_to_f16x2(two);
 }
 
 // a: [kBlocks][16][32] E4M3 bytes (row-major); b: [kBlocks][8][32] E4M3 bytes (column n,
@@ -89,14 +89,9 @@ __global__ void probe(const uint8_t* a, const uint8_t* b, float* out) {
   for (int kk = 0; kk < 32; kk += 16) {
     auto a2h = [&](int r, int k) { return a8x2_to_f16x2<kE5m2>(A[r * 32 + k] | (A[r * 32 + k + 1] << 8)); };
     auto b2h = [&](int n, int k) { return e4m3x2_to_f16x2(B[n * 32 + k] | (B[n * 32 + k + 1] << 8)); };
-    const uint32_t a0 = a2h(g, kk + 2 * t), a1 = a2h(g + 8, kk + 2 * t), a2 = a2h(g, kk + 2 * t + 8),
-                   a3 = a2h(g + 8, kk + 2 * t + 8);
-    const uint32_t b0 = b2h(g, kk + 2 * t), b1 = b2h(g, kk + 2 * t + 8);
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(h[0]), "+f"(h[1]), "+f"(h[2]), "+f"(h[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    const uint32_t af[4] = {a2h(g, kk + 2 * t), a2h(g + 8, kk + 2 * t), a2h(g, kk + 2 * t + 8),
+                            a2h(g + 8, kk + 2 * t + 8)};
+    mma_f16_16816(h, af, b2h(g, kk + 2 * t), b2h(g, kk + 2 * t + 8));
   }
   float* o = out + static_cast<size_t>(blk) * 2 * 128;
   const int r0 = g, r1 = g + 8, c0 = 2 * t, c1 = 2 * t + 1;
