@@ -54,6 +54,16 @@ __device__ __forceinline__ void ldg_nc_u2_if(bool pred, const void* p, uint2& v)
       : "r"(static_cast<uint32_t>(pred)), "l"(p));
 }
 
+/// 16-byte read-only load into v[0..3] when `pred` holds (else they keep their values),
+/// predicated like ldg_nc_u2_if, so no move right after it waits for the load.
+__device__ __forceinline__ void ldg_nc_u4_if(bool pred, const void* p, uint32_t (&v)[4]) {
+  asm volatile(
+      "{\n.reg .pred q;\nsetp.ne.b32 q, %4, 0;\n"
+      "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+      : "+r"(v[0]), "+r"(v[1]), "+r"(v[2]), "+r"(v[3])
+      : "r"(static_cast<uint32_t>(pred)), "l"(p));
+}
+
 /// 16-byte asynchronous global -> shared copy (cp.async, L2 only: the weights are
 /// streamed once). It holds no registers while in flight, so a warp can keep many
 /// chunks of weights in flight at a small register footprint.
