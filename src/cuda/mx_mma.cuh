@@ -293,33 +293,18 @@ __device__ __forceinline__ FastRing<D> fast_ring_of_warp(void* ring_area) {
   return FastRing<D>{static_cast<uint4*>(ring_area) + warp * D * (kFastStageBytes / 16)};
 }
 /// Issues chunk `kc` (nothing when kc >= kc_end) into stage `st` and commits the group,
-/// so every lane commits the same number of groups whatever the chunk count.
+/// so every lane commits the same number of groups whatever the chunk count. Every
+/// instruction counts (at few rows the mainloop is bound by issue, not by HBM): one global
+/// and one shared address per chunk, from unsigned 32-bit offsets (no sign extension), and
+/// the four row tiles and the scale words at offsets the copies encode (cp_async_16_at).
+/// No per-lane bases are kept across the loop: held beside the caller's wp and ws4, they
+/// spilled in GEMM2's 8-row kernel. The shared base is this lane's slot of stage 0: with
+/// the lane added to the stage offset instead, GEMM2's 8-row kernel spilled 10 bytes
+/// instead of 6 and M=1 was 1% slower (H200, session 23, runs 2 and 3).
 template <int D>
 __device__ __forceinline__ void fast_issue(const FastRing<D>& ring, const uint4* __restrict__ wp,
                                            const uint4* __restrict__ ws4, int kc, int kc_end,
                                            int st) {
-  const int lane = threadIdx.x & 31;
-  if (kc < kc_end) {
-    uint4* dst = ring.stage + st * (kFastStageBytes / 16);
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) cp_async_16(dst + mt * 32 + lane, wp + (kc * 4 + mt) * 32 + lane);
-    if (lane < 8) cp_async_16(dst + 4 * 32 + lane, ws4 + kc * 8 + lane);
-  }
-  cp_async_commit();
-}
-/// fast_issue inside the mainloop, where every instruction counts (at few rows the loop
-/// is bound by issue, not by HBM): one global and one shared address per chunk, from
-/// unsigned 32-bit offsets (no sign extension), and the four row tiles and the scale words
-/// at offsets the copies encode (cp_async_16_at). No per-lane bases are kept across the
-/// loop: held beside the caller's wp and ws4, they spilled in GEMM2's 8-row kernel. The
-/// shared base is this lane's slot of stage 0: with the lane added to the stage offset
-/// instead, GEMM2's 8-row kernel spilled 10 bytes instead of 6 and M=1 was 1% slower
-/// (H200, session 23, runs 2 and 3). fast_prefetch (D - 1 calls per block, outside the
-/// loop) keeps fast_issue; this form was not measured there.
-template <int D>
-__device__ __forceinline__ void fast_issue_lean(const FastRing<D>& ring, const uint4* __restrict__ wp,
-                                                const uint4* __restrict__ ws4, int kc, int kc_end,
-                                                int st) {
   constexpr uint32_t kTile = 32 * 16;  // bytes of one row tile's chunk (32 lanes x 16)
   const uint32_t lane = threadIdx.x & 31;
   if (kc < kc_end) {
@@ -422,7 +407,7 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
     // The stage refilled here was read in the previous iteration; every lane is past
     // those reads (their values fed that iteration's MMAs) once the warp syncs.
     __syncwarp();
-    fast_issue_lean<D>(ring, wp, ws4, kc + D - 1, kc_end, static_cast<int>((i + D - 1) % D));
+    fast_issue<D>(ring, wp, ws4, kc + D - 1, kc_end, static_cast<int>((i + D - 1) % D));
     cp_async_wait<D - 1>();  // this lane's copies of chunk kc have landed
     __syncwarp();            // and the scale words other lanes copied
     const uint4* st = ring.stage + (i % D) * (kFastStageBytes / 16);
