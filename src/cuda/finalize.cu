@@ -24,34 +24,46 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
   static_assert(kVec == 1 || (kVec == 4 && kMaxSplits == 1), "16-byte columns only unsplit");
   const int64_t t = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * kVec;
-  // Every block waits (launch_finalize may make this grid a programmatic dependent of
-  // GEMM2): finishing this grid then implies GEMM2 finished, so plain launches after it
-  // see all of the forward done.
-  pdl_wait_for_predecessor();
-  if (c >= p.hidden) return;  // kVec divides hidden
   // Latency, not bandwidth, sets this kernel's time at decode sizes (a few KB of y per
   // token, just written to L2), so the loads go out in two waves: a batch of slots' row
-  // indices, weights and range factors, then every y value of the batch (all splits)
+  // indices and weights, then every y value and range factor of the batch (all splits)
   // together. Only then does the fixed fma chain run, in slot order and split order.
   // (A chain of dependent loads per split and slot took 18 us at M=1 with 4 splits.)
-  // At prefill sizes it streams M * k rows of y from HBM: the 16-byte loads (kVec 4)
-  // took it from 326 to 225 us at M=4096 (H200, ncu; PERFORMANCE.md, session 12).
-  constexpr int kBatch = 8;
-  const int splits = kMaxSplits > 1 && p.back != nullptr ? p.splits : 1;
-  float acc[kVec];
-#pragma unroll
-  for (int q = 0; q < kVec; ++q) acc[q] = 0.0f;
+  // At prefill sizes it streams M * k rows of y from HBM: the 16-byte loads (kVec 4) took
+  // it from 326 to 225 us at M=4096 (H200, ncu; PERFORMANCE.md, session 12). A batch is
+  // 8 slots there; the split kernel (M=1) takes Kimi-K3's 16 in one batch, one round trip
+  // fewer (ncu, session 24: 6.2 -> 5.4 us; 16-slot batches cost the 16-byte kernel 128
+  // registers instead of 54 and M=4096 228 -> 239 us).
+  constexpr int kBatch = kMaxSplits > 1 ? 16 : 8;
   const int32_t* pr = p.pair_row + t * p.top_k;
   const float* wt = p.weights + t * p.top_k;
-  for (int64_t j0 = 0; j0 < p.top_k; j0 += kBatch) {
-    int32_t r[kBatch];
-    float w[kBatch], back[kBatch], v[kBatch][kMaxSplits][kVec];
+  int32_t r[kBatch];
+  float w[kBatch];
+  auto load_slots = [&](int64_t j0) {
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const bool in = j0 + i < p.top_k;
       r[i] = in ? pr[j0 + i] : -1;
       w[i] = in ? wt[j0 + i] : 0.0f;
     }
+  };
+  // The first batch's slots before the wait: pair_row and the routing weights were
+  // complete before GEMM1 began (a plain launch after the permutation), and this grid
+  // starts no earlier than GEMM2, which starts no earlier than GEMM1. y and the range
+  // factors are GEMM2's: read only after the wait.
+  load_slots(0);
+  // Every block waits (launch_finalize may make this grid a programmatic dependent of
+  // GEMM2): finishing this grid then implies GEMM2 finished, so plain launches after it
+  // see all of the forward done.
+  pdl_wait_for_predecessor();
+  if (c >= p.hidden) return;  // kVec divides hidden
+  const int splits = kMaxSplits > 1 && p.back != nullptr ? p.splits : 1;
+  float acc[kVec];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) acc[q] = 0.0f;
+  for (int64_t j0 = 0; j0 < p.top_k; j0 += kBatch) {
+    if (j0 > 0) load_slots(j0);
+    float back[kBatch], v[kBatch][kMaxSplits][kVec];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       back[i] = 1.0f;
