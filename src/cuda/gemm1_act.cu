@@ -223,7 +223,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_decode<NT, D>(special, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
+      warp_mma_decode<NT, D>(special, false, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
                              [&](int i) { return s_row[i]; }, s_sx);
       // GEMM2's decode blocks (programmatic dependents) may start once every block of
       // this grid is past its mainloop or gone; earlier, they sat beside the running
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
         const int r = pos / kc, k0 = pos - r * kc;
         const size_t g = static_cast<size_t>(vs.expert) * rgs + r;
         const bool special = p.w13.special == nullptr || p.w13.special[g] != 0;
-        warp_mma_decode<1, D>(special, min(BT, vs.count - vs.tile * BT), acc,
+        warp_mma_decode<1, D>(special, false, min(BT, vs.count - vs.tile * BT), acc,
                               fast_ring_of_warp<D>(s_sx + kbK * BT), p.w13.packed + (g * kc + k0) * 4 * 32,
                               reinterpret_cast<const uint4*>(p.w13.scale) + (g * kc + k0) * 8, 0,
                               piece_end(k0, kc, hi - pos) - k0, kbK - 2 * k0,

@@ -91,8 +91,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
 // streamed D chunks deep, the token tile's row scales staged once per block.
 //
 // One block's work with token tile 8 * NT (the kernel's shared staging, sized for its
-// own larger or equal tile; s_sx used as [N/32][8 * NT]).
-template <int NT, int D>
+// own larger or equal tile; s_sx used as [N/32][8 * NT]). kNarrow: tiles of more than 4
+// rows may take stage_b_scales' narrow form (heuristics.h gemm2_narrow_b).
+template <int NT, int D, bool kNarrow>
 __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count, float* s_sx,
                                                  float* s_back, int* s_mx, const uint8_t** s_rsc,
                                                  const FastRing<D>& ring) {
@@ -129,7 +130,8 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
                                : nullptr;
     }
     __syncthreads();
-    stage_b_scales<BT>(s_rsc, valid, kbN, s_sx, s_back, s_mx);
+    const bool narrow = stage_b_scales<BT, kNarrow>(s_rsc, valid, kbN, s_sx, s_back, s_mx,
+                                                    narrow_allowed<NT>(valid));
     __syncthreads();
     if (!active) pdl_allow_dependents();
     if (active) {
@@ -141,7 +143,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
       warp_mma_decode<NT, D>(
-          special, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
+          special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
           [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
       pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
       // Epilogue operands, formed only now so they hold no registers over the mainloop.
@@ -177,7 +179,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
 
 // The decode kernel of one count class (heuristics.h plan_fast); the 16-row kernel also
 // serves the experts of at most 8 rows, with 8-row tiles (as gemm1_fast_kernel).
-template <int NT, int D>
+template <int NT, int D, bool kNarrow>
 __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fast_kernel(const Gemm2Params p) {
   constexpr int BT = 8 * NT;
   extern __shared__ float s_sx[];  // [N/32][BT], then the warps' rings
@@ -197,14 +199,14 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.intermediate / kMxBlock) * BT);
   if constexpr (NT == 2) {
     if (count <= 8) {
-      gemm2_fast_block<1, D>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+      gemm2_fast_block<1, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
       return;
     }
   }
-  gemm2_fast_block<NT, D>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+  gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
 }
 
-template <int NT, int D>
+template <int NT, int D, bool kNarrow = false>
 void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   constexpr int BT = 8 * NT;
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
@@ -213,10 +215,10 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   // The 48 KB default covers static plus dynamic shared memory; the kernel's static
   // staging (row pointers, factors) is under 1 KB.
   if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fast_kernel<NT, D>,
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fast_kernel<NT, D, kNarrow>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  launch_kernel(gemm2_fast_kernel<NT, D>, grid, dim3(kWarps * 32), smem, stream, p.programmatic, p);
+  launch_kernel(gemm2_fast_kernel<NT, D, kNarrow>, grid, dim3(kWarps * 32), smem, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
 
@@ -357,7 +359,10 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       // Only a single class follows GEMM1 directly (a second one follows the first).
       q.programmatic = p.programmatic && fast.n == 1;
       if (c.nt == 1) {
-        launch_fast<1, 4>(q, stream);
+        if (gemm2_narrow_b(p.tokens, p.splits))
+          launch_fast<1, 4, true>(q, stream);
+        else
+          launch_fast<1, 4>(q, stream);
       } else if (c.nt == 2) {
         launch_fast<2, 4>(q, stream);
       } else {

@@ -121,6 +121,12 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
   return e4m3_to_bf16_bits(two & 0xFFu) | (e4m3_to_bf16_bits((two >> 8) & 0xFFu) << 16);
 }
 
+/// f16x2 product of two f16x2 bit patterns (round to nearest, subnormals kept).
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 __device__ __forceinline__ float e8m0_f(uint32_t b) { return fmt::e8m0_to_float(static_cast<uint8_t>(b)); }
 
 /// The largest E8M0 byte a B row may hold and still be folded with range factor 1 (the
@@ -330,7 +336,7 @@ __device__ __forceinline__ void fast_prefetch(const FastRing<D>& ring, const uin
 /// Folds one row tile's per-block partials into its accumulators (see the file comment):
 /// acc += part * (weight scale * token scale); the weight scales of rows g and g+8 for
 /// MX block b sit in bytes 2b and 2b+1 of `sw_word`.
-template <int NT, bool kSpecial>
+template <int NT, bool kSpecial, bool kNarrow>
 __device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&part)[NT][4],
                                           uint32_t sw_word, int b, const float2 (&sx)[NT],
                                           int nt_used) {
@@ -345,10 +351,17 @@ __device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&par
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     if (NT == 1 || nt < nt_used) {
-      acc[nt][0] = __fmaf_rn(part[nt][0], sw0 * sx[nt].x, acc[nt][0]);
-      acc[nt][1] = __fmaf_rn(part[nt][1], sw0 * sx[nt].y, acc[nt][1]);
-      acc[nt][2] = __fmaf_rn(part[nt][2], sw1 * sx[nt].x, acc[nt][2]);
-      acc[nt][3] = __fmaf_rn(part[nt][3], sw1 * sx[nt].y, acc[nt][3]);
+      if constexpr (kNarrow) {  // the token scales are in the partials already
+        acc[nt][0] = __fmaf_rn(part[nt][0], sw0, acc[nt][0]);
+        acc[nt][1] = __fmaf_rn(part[nt][1], sw0, acc[nt][1]);
+        acc[nt][2] = __fmaf_rn(part[nt][2], sw1, acc[nt][2]);
+        acc[nt][3] = __fmaf_rn(part[nt][3], sw1, acc[nt][3]);
+      } else {
+        acc[nt][0] = __fmaf_rn(part[nt][0], sw0 * sx[nt].x, acc[nt][0]);
+        acc[nt][1] = __fmaf_rn(part[nt][1], sw0 * sx[nt].y, acc[nt][1]);
+        acc[nt][2] = __fmaf_rn(part[nt][2], sw1 * sx[nt].x, acc[nt][2]);
+        acc[nt][3] = __fmaf_rn(part[nt][3], sw1 * sx[nt].y, acc[nt][3]);
+      }
     }
   }
 }
@@ -364,7 +377,7 @@ __device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&par
 ///   factor (b_row_range), so one fma folds each MX block exactly as warp_mma_mx does.
 ///   kSpecial: the row group holds weight scale bytes 0 or 0xFF (exact e8m0_f); else the
 ///   two-op conversion. Both give the same float for bytes 1..254.
-template <int NT, int D, bool kSpecial>
+template <int NT, int D, bool kSpecial, bool kNarrow>
 __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
@@ -430,7 +443,13 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
           bf[nt][1] = e4m3x2_to_f16x2(v.x >> 16);
           bf[nt][2] = e4m3x2_to_f16x2(v.y);
           bf[nt][3] = e4m3x2_to_f16x2(v.y >> 16);
-          sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
+          if constexpr (kNarrow) {  // this lane's B row is token g: its block's multiplier
+            const uint32_t m = reinterpret_cast<const uint32_t*>(s_sx)[kb * BT + nt * 8 + g];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) bf[nt][k] = hmul2_bits(bf[nt][k], m);
+          } else {
+            sx[nt] = *reinterpret_cast<const float2*>(s_sx + kb * BT + nt * 8 + 2 * t);
+          }
         }
       }
       // At NT = 1 all four row tiles' MMAs are issued before their folds, so each
@@ -457,12 +476,12 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
             mma_f16_16816(part[pm][nt], a_s1, bf[nt][2], bf[nt][3]);
           }
         }
-        if (kParts == 1) fast_fold<NT, kSpecial>(acc[mt], part[0], sws[mt], b, sx, nt_used);
+        if (kParts == 1) fast_fold<NT, kSpecial, kNarrow>(acc[mt], part[0], sws[mt], b, sx, nt_used);
       }
       if (kParts == 4) {
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
-          fast_fold<NT, kSpecial>(acc[mt], part[kParts == 4 ? mt : 0], sws[mt], b, sx, nt_used);
+          fast_fold<NT, kSpecial, kNarrow>(acc[mt], part[kParts == 4 ? mt : 0], sws[mt], b, sx, nt_used);
       }
     }
 #pragma unroll
@@ -472,20 +491,26 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
   }
 }
 
-/// warp_mma_fast with the scale path picked per row group (warp-uniform).
+/// warp_mma_fast with the weight-scale path picked per row group and the token-scale form
+/// per tile (stage_b_scales), both warp-uniform.
 template <int NT, int D>
-__device__ __forceinline__ void warp_mma_fast_any(bool special, float (&acc)[4][NT][4],
+__device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, float (&acc)[4][NT][4],
                                                   const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
                                                   int kc_end, int kb_count,
                                                   const uint8_t* const (&brow)[NT],
                                                   const float* s_sx, int nt_used) {
-  if (special)
-    warp_mma_fast<NT, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
-                               nt_used);
-  else
-    warp_mma_fast<NT, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
-                                nt_used);
+  if (narrow) {
+    if (special)
+      warp_mma_fast<NT, D, true, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+    else
+      warp_mma_fast<NT, D, false, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+  } else {
+    if (special)
+      warp_mma_fast<NT, D, true, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+    else
+      warp_mma_fast<NT, D, false, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+  }
 }
 
 /// Decode mainloop for an expert with at most R = 1, 2 or 4 rows: the same weight stream,
@@ -689,10 +714,11 @@ __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][
 }
 
 /// The decode mainloop for one token tile of `valid` rows: warp_mma_diag when the tile
-/// holds at most 4 rows (NT == 1), else warp_mma_fast; `row_of(i)` is the E4M3 row of
-/// token i of the tile (or null). acc must be zero on entry.
+/// holds at most 4 rows (NT == 1; its scales always in the wide form), else warp_mma_fast
+/// in the form stage_b_scales chose (`narrow`); `row_of(i)` is the E4M3 row of token i of
+/// the tile (or null). acc must be zero on entry.
 template <int NT, int D, typename RowOf>
-__device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (&acc)[4][NT][4],
+__device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int valid, float (&acc)[4][NT][4],
                                                 const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                 const uint4* __restrict__ ws4, int kc_begin,
                                                 int kc_end, int kb_count, RowOf row_of,
@@ -721,22 +747,43 @@ __device__ __forceinline__ void warp_mma_decode(bool special, int valid, float (
   const uint8_t* brow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
-  warp_mma_fast_any<NT, D>(special, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx,
-                           (valid + 7) / 8);
+  warp_mma_fast_any<NT, D>(special, narrow, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow,
+                           s_sx, (valid + 7) / 8);
 }
 
-/// Stages one token tile's B-row scales for warp_mma_fast (called by every thread of the
-/// block after rows_scale is visible; a __syncthreads must follow before use):
-///   s_sx[kb][BT] = e8m0(scale) * 2^14 * adj(row), s_back[BT] = 2^D(row)
-/// with the range factors of b_row_range; rows past `valid` get 0 and 1.
+/// Whether a tile of `valid` rows may take stage_b_scales' narrow form: only
+/// warp_mma_fast reads it (warp_mma_decode sends tiles of at most 4 rows to the diagonal
+/// loop when NT == 1).
+template <int NT>
+__device__ __forceinline__ bool narrow_allowed(int valid) { return NT > 1 || valid > 4; }
+
+/// Stages one token tile's B-row scales for the decode mainloops (called by every thread
+/// of the block after rows_scale is visible; a __syncthreads must follow before use), in
+/// one of two forms; returns true (the same in every thread) for the narrow one:
+/// - wide: s_sx[kb][BT] = e8m0(scale) * 2^14 * adj(row), s_back[BT] = 2^D(row), with the
+///   range factors of b_row_range; rows past `valid` get 0 and 1. warp_mma_diag and
+///   warp_mma_fast<..., false> fold with the weight scale times s_sx.
+/// - narrow (`allow_narrow`, and every row's bytes within the span below): the same words
+///   hold f16x2 multipliers {2^d, 2^d}, d = byte - 127 - c(row) in [-15, 7], which
+///   warp_mma_fast<..., true> applies to the row's E4M3 values in B (exact in FP16: E4M3
+///   values are multiples of 2^-9 below 448), so its fold multiplies by the weight scale
+///   alone; s_back = 2^(c + 14) puts the row's offset and the FP16 weight bias back in the
+///   epilogue. c = max(-14, max byte - 134): the row fits when its largest byte is at most
+///   247 and every other byte at least 112 + c (NaN bytes give NaN multipliers, rows past
+///   `valid` 1.0). The sums are the wide form's scaled by 2^(c + 14 - D) per row (a power
+///   of two, at most 2^-71), so they round alike while every value stays normal in fp32:
+///   nonzero products are at least 2^-39 times the weight scale, which holds that for
+///   weight scale bytes from 40 (real checkpoints sit near 120).
 /// All threads load: the block's thread count is a multiple of BT, so thread `tid`
 /// always sees row tid % BT and keeps that row's running max in a register (one shared
-/// atomicMax per thread); the raw bytes wait in s_sx between the two passes, each
-/// thread rereading only its own entries.
-template <int BT>
-__device__ __forceinline__ void stage_b_scales(const uint8_t* const* rows_scale, int valid,
+/// atomicMax per thread); the raw bytes wait in s_sx between the passes, each thread
+/// rereading only its own entries.
+/// kMayNarrow: the caller's mainloop has the narrow form compiled in (GEMM2's 8-row
+/// kernel above 2 tokens, heuristics.h gemm2_narrow_b); otherwise the wide form.
+template <int BT, bool kMayNarrow = false>
+__device__ __forceinline__ bool stage_b_scales(const uint8_t* const* rows_scale, int valid,
                                                int kb_count, float* s_sx, float* s_back,
-                                               int* s_mx) {
+                                               int* s_mx, bool allow_narrow = false) {
   const int tid = threadIdx.x, nthreads = blockDim.x;
   const int r = tid % BT;
   const uint8_t* rs = r < valid ? rows_scale[r] : nullptr;
@@ -752,13 +799,34 @@ __device__ __forceinline__ void stage_b_scales(const uint8_t* const* rows_scale,
   }
   if (mx > 0) atomicMax(s_mx + r, mx);
   __syncthreads();
-  const int d = range_excess(s_mx[r]);
+  const int row_max = s_mx[r];
+  if constexpr (kMayNarrow) {
+    const int c = max(-14, row_max - 134);
+    bool fits = allow_narrow && (rs == nullptr || row_max <= 247);
+    if (fits && rs != nullptr)
+      for (int i = tid; i < kb_count * BT; i += nthreads) {
+        const int v = reinterpret_cast<const int*>(s_sx)[i];
+        fits = fits && (v == 0xFF || v >= 112 + c);
+      }
+    if (__syncthreads_and(fits)) {
+      if (tid < BT) s_back[tid] = rs != nullptr ? __uint_as_float(static_cast<uint32_t>(c + 14 + 127) << 23) : 1.0f;
+      for (int i = tid; i < kb_count * BT; i += nthreads) {
+        const int v = reinterpret_cast<const int*>(s_sx)[i];
+        const int d = v - 127 - c;
+        const uint32_t h = d >= -14 ? static_cast<uint32_t>(d + 15) << 10 : 0x0200u;  // 2^d in FP16
+        reinterpret_cast<uint32_t*>(s_sx)[i] = rs == nullptr ? 0x3C003C00u : v == 0xFF ? 0x7E007E00u : h | (h << 16);
+      }
+      return true;
+    }
+  }
+  const int d = range_excess(row_max);
   const float adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
   if (tid < BT) s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
   for (int i = tid; i < kb_count * BT; i += nthreads) {
     const int v = reinterpret_cast<const int*>(s_sx)[i];
     s_sx[i] = rs != nullptr ? e8m0_f(static_cast<uint32_t>(v)) * adj : 0.0f;
   }
+  return false;
 }
 
 }  // namespace mxmoe::cuda_detail

@@ -522,6 +522,11 @@ struct StageCase {
   bool few_rows = false;    // local experts 4 and 5 keep their first 6 and 12 routed rows
                             // (the rest -1): above 32 tokens, the 16-row kernel's 8- and
                             // 16-row bodies beside the 32-row class
+  bool wide_token = false;  // token 0's second MX block: zero codes at scale byte 90. Its
+                            // values are 0, so the sums stay on the grid, but its scales
+                            // span more than stage_b_scales' narrow form holds: GEMM2's
+                            // decode tiles holding token 0 take the wide form, the others
+                            // narrow
 };
 
 /// What the balanced decode GEMM1's partition does with a stage case's routing (local
@@ -658,6 +663,10 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   if (sc.tiny_mid)
     for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
+  if (sc.wide_token) {
+    xs[1] = 90;
+    for (int64_t c = 32; c < 64; ++c) xc[c] = 0, xb[c] = 0;
+  }
   Routing routing = stage_routing(M);  // 6 unused
   if (sc.few_rows) {
     int seen[2] = {0, 0};
@@ -973,6 +982,10 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       // The decode path at 20 tokens (local rows 8, 11, 0, 8): 8-row units, the expert of
       // 11 rows as two (balanced kernel), K % 64 == 32.
       {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true},
+      // The same with token 0's scales too wide for the narrow B form (stage_b_scales):
+      // GEMM2's tiles holding it run warp_mma_fast's wide form beside the others' narrow
+      // one.
+      {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true, 0, false, 0, false, true},
       // Block-diagonal decode (warp_mma_diag) for experts of 1, 2 and 3-4 rows: a partial
       // cycle (5 and 9 MX blocks), K % 64 == 32 with biases, BF16 intermediate.
       {Activation::SiTU, true, true, false, 1, 160, 64},
