@@ -522,11 +522,6 @@ struct StageCase {
   bool few_rows = false;    // local experts 4 and 5 keep their first 6 and 12 routed rows
                             // (the rest -1): above 32 tokens, the 16-row kernel's 8- and
                             // 16-row bodies beside the 32-row class
-  bool wide_token = false;  // token 0's second MX block: zero codes at scale byte 90. Its
-                            // values are 0, so the sums stay on the grid, but its scales
-                            // span more than stage_b_scales' narrow form holds: GEMM2's
-                            // decode tiles holding token 0 take the wide form, the others
-                            // narrow
 };
 
 /// What the balanced decode GEMM1's partition does with a stage case's routing (local
@@ -663,10 +658,6 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   if (sc.tiny_mid)
     for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
-  if (sc.wide_token) {
-    xs[1] = 90;
-    for (int64_t c = 32; c < 64; ++c) xc[c] = 0, xb[c] = 0;
-  }
   Routing routing = stage_routing(M);  // 6 unused
   if (sc.few_rows) {
     int seen[2] = {0, 0};
@@ -982,10 +973,6 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       // The decode path at 20 tokens (local rows 8, 11, 0, 8): 8-row units, the expert of
       // 11 rows as two (balanced kernel), K % 64 == 32.
       {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true},
-      // The same with token 0's scales too wide for the narrow B form (stage_b_scales):
-      // GEMM2's tiles holding it run warp_mma_fast's wide form beside the others' narrow
-      // one.
-      {Activation::SiTU, true, true, false, 20, 96, 96, false, 0, 0, true, 0, false, 0, false, true},
       // Block-diagonal decode (warp_mma_diag) for experts of 1, 2 and 3-4 rows: a partial
       // cycle (5 and 9 MX blocks), K % 64 == 32 with biases, BF16 intermediate.
       {Activation::SiTU, true, true, false, 1, 160, 64},
@@ -1054,8 +1041,13 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
 // two-op scale conversion for normal groups) instead of none (every group exact-slow).
 // special: put a NaN scale byte (0xFF) and a 2^-127 byte (0x00) into two W2 rows.
 // rows: the three experts' rows (default tokens / 2, 0, tokens - tokens / 2 + 3).
+// wide_row: row 0's first MX block holds zero codes at scale byte 90. Its values are 0, so
+// the sums stay on the grid, but its scales span more than stage_b_scales' narrow form
+// holds: the tile holding row 0 takes the wide form, the others (above 2 tokens, unsplit:
+// heuristics.h gemm2_narrow_b) the narrow one.
 void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, int splits = 1,
-                     bool flags = false, bool special = false, std::vector<int32_t> rows_of = {}) {
+                     bool flags = false, bool special = false, std::vector<int32_t> rows_of = {},
+                     bool wide_row = false) {
   const int el = 3;
   const std::vector<int32_t> counts =
       rows_of.empty() ? std::vector<int32_t>{static_cast<int32_t>(tokens / 2), 0,
@@ -1088,6 +1080,10 @@ void run_gemm2_stage(bool fp8, int64_t tokens, int64_t K, int64_t N, bool bias, 
     ib[i] = fmt::float_to_bf16(static_cast<float>(v));
   }
   for (auto& v : isc) v = static_cast<uint8_t>(126 + rng.below(3));
+  if (wide_row) {
+    isc[0] = 90;
+    for (int64_t n = 0; n < 32; ++n) ic[n] = 0, ib[n] = 0;
+  }
   Dev<uint32_t> dtp(tp), dts(ts);
   Dev<uint8_t> dic(ic), disc(isc);
   Dev<uint16_t> dib(ib);
@@ -1187,6 +1183,9 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   // 8 and 12 rows over grid z 3 with 2 splits.
   run_gemm2_stage(true, 9, 128, 160, false, 1, true);
   run_gemm2_stage(true, 17, 96, 128, false, 2, true);
+  // The narrow B form (12 tokens, unsplit: rows 6, 0, 9) beside the wide one in the same
+  // kernel: expert 0's 6-row tile holds the wide row 0, expert 2's 8-row tile is narrow.
+  run_gemm2_stage(true, 12, 128, 160, false, 1, true, false, {}, true);
 }
 
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
