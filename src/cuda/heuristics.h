@@ -223,10 +223,11 @@ inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
 /// GEMM2's 8-row decode kernel with the narrow B form compiled in (stage_b_scales: the
 /// token scales inside B, 16 fewer FMULs per MX block in warp_mma_fast), used for tiles
 /// of 5..8 rows. Not at 1 or 2 tokens (tiles of at most 2 rows: the diagonal loop only)
-/// nor when split (M=1): there the narrow loops' code only costs (the kernel spilled 26
-/// bytes instead of 6). Measured on the H200 (session 24, run 1, graph, the form in both
-/// GEMMs against neither): M=1 +1.8%, M=2 +2.7%, M=4 -0.3%, M=8 -0.7%, M=12 -2.4%, M=15
-/// -1.1%; in GEMM1's balanced kernel alone (run 2) it lost at M=1..8 (+0.4..+1.2%).
+/// nor when split (M=1): there the narrow loops' code only costs. Measured on the H200
+/// (session 24, graph, three rounds): this rule against none (run 4) M=1, 2, 4 -0.1..0%,
+/// M=8 -0.5%, M=12 -1.9%, M=15 -0.7%; the form in both GEMMs at every size (run 1) M=1
+/// +1.8%, M=2 +2.7% (this kernel spilled 26 bytes instead of 6); in GEMM1's balanced
+/// kernel alone (run 2) +0.4..+1.2% at M=1..8.
 inline bool gemm2_narrow_b(int64_t tokens, int splits) { return splits == 1 && tokens > 2; }
 /// Rows of GEMM2's fp32 output per top-k slot: room for every split's copy, and
 /// non-decreasing in `tokens` (workspace_size(max) must cover every M <= max).
