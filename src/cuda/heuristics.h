@@ -224,7 +224,7 @@ inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
 /// token scales inside B, 16 fewer FMULs per MX block in warp_mma_fast), used for tiles
 /// of 5..8 rows. Not at 1 or 2 tokens (tiles of at most 2 rows: the diagonal loop only)
 /// nor when split (M=1): there the narrow loops' code only costs. Measured on the H200
-/// (session 24, graph, three rounds): this rule against none (run 4) M=1, 2, 4 -0.1..0%,
+/// (session 24, graph, three rounds): this rule against none (run 4) M=1, 2, 4 -0.2..0%,
 /// M=8 -0.5%, M=12 -1.9%, M=15 -0.7%; the form in both GEMMs at every size (run 1) M=1
 /// +1.8%, M=2 +2.7% (this kernel spilled 26 bytes instead of 6); in GEMM1's balanced
 /// kernel alone (run 2) +0.4..+1.2% at M=1..8.
