@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine.h"
 #include "heuristics.h"
@@ -500,16 +501,20 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, flo
                                                   int kc_end, int kb_count,
                                                   const uint8_t* const (&brow)[NT],
                                                   const float* s_sx, int nt_used) {
+  auto run = [&](auto special_c, auto narrow_c) {
+    warp_mma_fast<NT, D, decltype(special_c)::value, decltype(narrow_c)::value>(
+        acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+  };
   if (narrow) {
     if (special)
-      warp_mma_fast<NT, D, true, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+      run(std::true_type{}, std::true_type{});
     else
-      warp_mma_fast<NT, D, false, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+      run(std::false_type{}, std::true_type{});
   } else {
     if (special)
-      warp_mma_fast<NT, D, true, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+      run(std::true_type{}, std::false_type{});
     else
-      warp_mma_fast<NT, D, false, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
+      run(std::false_type{}, std::false_type{});
   }
 }
 
