@@ -241,7 +241,7 @@ inline int64_t gemm2_y_rows(int64_t tokens, bool splittable) {
 /// both operands dequantized exactly to BF16 (the MX scales inside the operands), a
 /// persistent warp-specialized kernel over (expert, token tile, 256-row block) tiles.
 /// Used from kPrefillMinTokens tokens on, on sm_90 devices, when every weight scale byte
-/// is at most kPrefillMaxWeightScale (fp4x8_to_bf16_scaled's exact range; real
+/// is at most kPrefillMaxWeightScale (fp4x8_to_bf16_times's exact range; real
 /// checkpoints sit far below: |w| <= 12). Otherwise the decode or generic path.
 /// Measured on the H200 (mxmoe bench, Kimi shapes, graph, us), decode path vs prefill
 /// path with its 32-token tile (session 7): M=12 331 / 344, M=14 349 / 350, M=16 393 /

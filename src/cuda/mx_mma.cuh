@@ -33,7 +33,8 @@ namespace mxmoe::cuda_detail {
 /// value * 2^-14 (exact: E2M1's 2-bit exponent and 1-bit mantissa land in the FP16
 /// exponent's low bits and the mantissa's top bit; code 0.5 becomes the FP16 subnormal
 /// 2^-15). r[p] = {element 2p, element 2p+1}. Six logic ops and five shifts for eight
-/// values (the prefill path's producers; see fp4x8_to_f16_mul for the decode path).
+/// values (the generic path; the decode path's form is fp4x8_to_f16_mul, the prefill
+/// path's fp4x8_to_bf16_times).
 __device__ __forceinline__ void fp4x8_to_f16(uint32_t q, uint32_t (&r)[4]) {
   constexpr uint32_t kAll = 0x8E008E00u, kMag = 0x0E000E00u, kSign = 0x80008000u;
   r[0] = q & kAll;
@@ -68,24 +69,52 @@ __device__ __forceinline__ void fp4x8_to_bf16(uint32_t q, uint32_t (&r)[4]) {
   }
 }
 
-/// Same word, scaled by its E8M0 byte, -> four bf16x2 words of the exact dequantized
-/// values (prefill path: the scale lives in the operand, so a wgmma accumulates over all
-/// of K). The f16 fields of fp4x8_to_f16 move down three bits into BF16's (magnitude at
-/// bits 8..6 = value * 2^-126, the code 0.5 a BF16 subnormal), and one bf16x2 multiply by
-/// 2^(byte - 1) restores the bias and applies the scale. Exact for scale bytes 0..128
-/// (|value| <= 12; heuristics.h kPrefillMaxWeightScale, checked at load time), 0 stays +-0.
-__device__ __forceinline__ void fp4x8_to_bf16_scaled(uint32_t q, uint32_t scale_byte, uint32_t (&r)[4]) {
-  uint32_t h[4];
-  fp4x8_to_f16(q, h);
-  const uint32_t m = (scale_byte + 126u) * 0x00800080u;  // bf16x2 {2^(b-1), 2^(b-1)}
-  const __nv_bfloat162 mul = *reinterpret_cast<const __nv_bfloat162*>(&m);
+/// Same word times a bf16x2 multiplier whose lanes both hold 2^(byte - 1) for the word's
+/// E8M0 scale byte -> four bf16x2 words of the exact dequantized values (prefill path: the
+/// scale lives in the operand, so a wgmma accumulates over all of K). Each pair's fields
+/// go straight to BF16's places (magnitude at bits 8..6 = value * 2^-126, the code 0.5 a
+/// BF16 subnormal; sign at 15), and the multiply restores the bias and applies the scale.
+/// Exact for scale bytes 0..128 (|value| <= 12; heuristics.h kPrefillMaxWeightScale,
+/// checked at load time), 0 stays +-0. The tiled word keeps each pair's sign 4 bits above
+/// its magnitude (FP16's distance, for the decode path), BF16 wants 7, so pairs 1 and 2
+/// move both fields with one multiply, x * (2^a + 2^b) = (x << a) + (x << b), the second
+/// copy landing the sign: their copies share no bit that reaches a kept field (pair 1:
+/// none at all; pair 2: a carry out of bit 19 stops at bit 21), so the mask sees each
+/// field exactly once. 13 integer ops for eight values, where the route through
+/// fp4x8_to_f16 took 19 (same words for every q: test_engine's
+/// E2m1Decode.Bf16PlacementEqualsFp16RouteForEveryWord).
+__device__ __forceinline__ void fp4x8_to_bf16_times(uint32_t q, __nv_bfloat162 mul, uint32_t (&r)[4]) {
+  constexpr uint32_t kBf16 = 0x81C081C0u;  // sign 15, magnitude 8..6 (and + 16)
+  const uint32_t x0 = q & 0x8E008E00u;     // pair 0: magnitude 11..9, sign 15
+  uint32_t v[4];
+  v[0] = ((x0 >> 3) | x0) & kBf16;                                 // magnitude down 3
+  v[1] = ((q & 0x11C011C0u) * ((1u << 3) + 1u)) & kBf16;          // magnitude 8..6 stays, sign 12 up 3
+  v[2] = ((q & 0x20072007u) * ((1u << 6) + (1u << 2))) & kBf16;   // magnitude 2..0 up 6, sign 13 up 2
+  v[3] = ((q << 3) & 0x01C001C0u) | ((q << 1) & 0x80008000u);     // magnitude 5..3 up 3, sign 14 up 1
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t v = ((h[i] >> 3) | h[i]) & 0x81C081C0u;
-    const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), mul);
+    const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]), mul);
     r[i] = *reinterpret_cast<const uint32_t*>(&x);
   }
 }
+/// The multipliers of a scale word's four E8M0 bytes b0..b3 (bytes 0..128), two per
+/// bf16x2: even = {2^(b0 - 1), 2^(b2 - 1)}, odd = {2^(b1 - 1), 2^(b3 - 1)}. Four integer
+/// ops for four scales: the multiply that takes one lane (__low2bfloat162 /
+/// __high2bfloat162) selects it in its operand, without an instruction of its own.
+__device__ __forceinline__ void bf16_scale_pairs(uint32_t word, __nv_bfloat162& even, __nv_bfloat162& odd) {
+  constexpr uint32_t kBias = 126u * 0x00800080u;  // exponent field b + 126, in each lane
+  const uint32_t e = (word & 0x00FF00FFu) * 0x80u + kBias;
+  const uint32_t o = ((word & 0xFF00FF00u) >> 1) + kBias;
+  even = *reinterpret_cast<const __nv_bfloat162*>(&e);
+  odd = *reinterpret_cast<const __nv_bfloat162*>(&o);
+}
+/// fp4x8_to_bf16_times for one scale byte (tests).
+__device__ __forceinline__ void fp4x8_to_bf16_scaled(uint32_t q, uint32_t scale_byte, uint32_t (&r)[4]) {
+  __nv_bfloat162 even, odd;
+  bf16_scale_pairs(scale_byte, even, odd);
+  fp4x8_to_bf16_times(q, __low2bfloat162(even), r);
+}
+
 /// Two E4M3 codes (low byte first) -> f16x2 of their exact values (NaN stays NaN).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h =

@@ -2,7 +2,7 @@
 // persistent, warp-specialized grouped GEMM over (expert, token tile, row block) tiles.
 //
 // Exactness: both operands reach the tensor cores as BF16 holding the exact dequantized
-// MX values (scale included): the weights through fp4x8_to_bf16_scaled in registers, the
+// MX values (scale included): the weights through fp4x8_to_bf16_times in registers, the
 // activations as staged BF16 rows: x through stage_bf16.cu, once per forward (row range
 // factor 2^-D folded in, as the other paths do), the intermediate written in the same
 // layout by GEMM1's prefill epilogue (range factor 1). A value BF16 cannot hold that way
@@ -366,14 +366,14 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
   }
 }
 
-/// A fragments of one MX block (b) for the two k16 steps: rows g (word w0, scale byte
-/// s0) and g + 8 (w1, s1) of this warp's m16 tile; frag[s] = {r0[2s], r1[2s], r0[2s+1],
+/// A fragments of one MX block for the two k16 steps: rows g (word w0, multiplier m0)
+/// and g + 8 (w1, m1) of this warp's m16 tile; frag[s] = {r0[2s], r1[2s], r0[2s+1],
 /// r1[2s+1]} as in warp_mma_mx.
-__device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0, uint32_t s1,
+__device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, __nv_bfloat162 m0, __nv_bfloat162 m1,
                                            uint32_t (&frag)[2][4]) {
   uint32_t r0[4], r1[4];
-  fp4x8_to_bf16_scaled(w0, s0, r0);
-  fp4x8_to_bf16_scaled(w1, s1, r1);
+  fp4x8_to_bf16_times(w0, m0, r0);
+  fp4x8_to_bf16_times(w1, m1, r1);
   frag[0][0] = r0[0]; frag[0][1] = r1[0]; frag[0][2] = r0[1]; frag[0][3] = r1[1];
   frag[1][0] = r0[2]; frag[1][1] = r1[2]; frag[1][2] = r0[3]; frag[1][3] = r1[3];
 }
@@ -383,11 +383,13 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, uint32_t s0
 /// block k, row g + 8h), as frag[block][k16]; the two tiles' decodes interleaved.
 __device__ __forceinline__ void pf_chunk_frags(const uint4& wa, uint32_t sa, const uint4& wb, uint32_t sb,
                                                uint32_t (&fa)[2][2][4], uint32_t (&fb)[2][2][4]) {
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    pf_a_frags(b ? wa.z : wa.x, b ? wa.w : wa.y, (sa >> (16 * b)) & 0xFFu, (sa >> (16 * b + 8)) & 0xFFu, fa[b]);
-    pf_a_frags(b ? wb.z : wb.x, b ? wb.w : wb.y, (sb >> (16 * b)) & 0xFFu, (sb >> (16 * b + 8)) & 0xFFu, fb[b]);
-  }
+  __nv_bfloat162 ea, oa, eb, ob;  // rows g (even bytes) and g + 8 (odd); block k in lane k
+  bf16_scale_pairs(sa, ea, oa);
+  bf16_scale_pairs(sb, eb, ob);
+  pf_a_frags(wa.x, wa.y, __low2bfloat162(ea), __low2bfloat162(oa), fa[0]);
+  pf_a_frags(wb.x, wb.y, __low2bfloat162(eb), __low2bfloat162(ob), fb[0]);
+  pf_a_frags(wa.z, wa.w, __high2bfloat162(ea), __high2bfloat162(oa), fa[1]);
+  pf_a_frags(wb.z, wb.w, __high2bfloat162(eb), __high2bfloat162(ob), fb[1]);
 }
 
 /// One chunk's 8 wgmmas: both accumulators over the chunk's 4 k16 steps of the B tile at

@@ -155,6 +155,39 @@ TEST(E2m1Decode, MultiplyFormEqualsShiftFormForEveryWord) {
   EXPECT_EQ(d.down()[0], 0ull);
 }
 
+// The prefill path's E2M1 -> BF16 decode (fp4x8_to_bf16_scaled, fields placed straight
+// into BF16's bits) against the route through the FP16 fields (fp4x8_to_f16, then each
+// magnitude down 3 bits), over every 32-bit weight word at the scale bytes 0 (subnormal
+// products) and kPrefillMaxWeightScale (the largest the prefill path takes).
+__global__ void fp4_bf16_forms_kernel(uint32_t scale_byte, unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  const uint32_t m = (scale_byte + 126u) * 0x00800080u;
+  const __nv_bfloat162 mul = *reinterpret_cast<const __nv_bfloat162*>(&m);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t q = blockIdx.x * blockDim.x + threadIdx.x; q <= 0xFFFFFFFFull; q += stride) {
+    uint32_t h[4], got[4];
+    mxmoe::cuda_detail::fp4x8_to_f16(static_cast<uint32_t>(q), h);
+    mxmoe::cuda_detail::fp4x8_to_bf16_scaled(static_cast<uint32_t>(q), scale_byte, got);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t v = ((h[i] >> 3) | h[i]) & 0x81C081C0u;
+      const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), mul);
+      bad += *reinterpret_cast<const uint32_t*>(&x) != got[i];
+    }
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
+TEST(E2m1Decode, Bf16PlacementEqualsFp16RouteForEveryWord) {
+  REQUIRE_GPU();
+  for (const uint32_t b : {0u, static_cast<uint32_t>(cd::kPrefillMaxWeightScale)}) {
+    Dev<unsigned long long> d(std::vector<unsigned long long>{0ull});
+    fp4_bf16_forms_kernel<<<132 * 16, 256>>>(b, d.p);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    EXPECT_EQ(d.down()[0], 0ull) << "scale byte " << b;
+  }
+}
+
 // ---------------------------------------------------------------- routing
 
 void check_routing(const std::vector<float>& logits, int64_t M, int64_t E,
