@@ -320,9 +320,9 @@ struct StageFp8Params {
   float* dst_scale = nullptr;          // [rows][stride/128]
 };
 void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
-/// CTAs of a prefill launch: one per SM of the current device (or fewer with the test
-/// knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
-int prefill_ctas();
+/// CTAs of a prefill launch: `per_sm` per SM of the current device (or fewer with the
+/// test knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
+int prefill_ctas(int per_sm = 1);
 /// Blocks of the balanced decode GEMM1 (heuristics.h balanced_block): one wave,
 /// `blocks_per_sm` (the kernel's occupancy) on every SM of the current device, at most
 /// kBalancedMaxBlocks (or fewer with the test knob MXMOE_DECODE_BLOCKS).

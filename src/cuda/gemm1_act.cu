@@ -794,7 +794,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 
 // One kernel per activation kind kAct (am::with_activation_kind).
 template <bool kFp8Inter, int kTok, int kAct>
-__global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm1Params p) {
+__global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm) gemm1_prefill_kernel(const Gemm1Params p) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
   extern __shared__ uint8_t pf_smem[];
@@ -817,9 +817,15 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm1_prefill_kernel(const Gemm
 
 template <bool kFp8Inter, int kTok, int kAct>
 void launch_prefill_t(const Gemm1Params& p, cudaStream_t stream) {
+  static const bool registers_checked = [] {
+    pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm1_prefill_kernel<kFp8Inter, kTok, kAct>),
+                             "gemm1_prefill_kernel");
+    return true;
+  }();
+  (void)registers_checked;
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter, kTok, kAct>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
-  gemm1_prefill_kernel<kFp8Inter, kTok, kAct><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p);
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, PfGeometry<kTok>::kSmemBytes));
+  gemm1_prefill_kernel<kFp8Inter, kTok, kAct><<<prefill_ctas(PfGeometry<kTok>::kCtasPerSm), kPfThreads, PfGeometry<kTok>::kSmemBytes, stream>>>(p);
   MXMOE_LAUNCH_CHECK("gemm1_prefill_kernel");
 }
 template <bool kFp8Inter>

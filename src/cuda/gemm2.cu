@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Par
 }
 
 template <int kTok>
-__global__ void __launch_bounds__(kPfThreads, 1)
+__global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm)
     gemm2_prefill_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap ib_map) {
 #if defined(MXMOE_SM90A)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
@@ -292,13 +292,18 @@ __global__ void __launch_bounds__(kPfThreads, 1)
 
 template <int kTok>
 void launch_prefill(const Gemm2Params& p, cudaStream_t stream) {
+  static const bool registers_checked = [] {
+    pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm2_prefill_kernel<kTok>), "gemm2_prefill_kernel");
+    return true;
+  }();
+  (void)registers_checked;
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel<kTok>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPfSmemBytes));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, PfGeometry<kTok>::kSmemBytes));
   // The 128-token tile's B chunks go through the TMA engine (wgmma_mx.cuh pf_producer_tma);
   // the smaller tiles keep the cp.async producer, which was faster for them.
   const CUtensorMap ib_map =
       kTok == kPfTokens ? staged_rows_map(p.ib, p.tokens * p.top_k, p.ib_stride, kTok) : CUtensorMap{};
-  gemm2_prefill_kernel<kTok><<<prefill_ctas(), kPfThreads, kPfSmemBytes, stream>>>(p, ib_map);
+  gemm2_prefill_kernel<kTok><<<prefill_ctas(PfGeometry<kTok>::kCtasPerSm), kPfThreads, PfGeometry<kTok>::kSmemBytes, stream>>>(p, ib_map);
   MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
 }
 

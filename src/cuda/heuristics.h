@@ -318,6 +318,15 @@ MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
   return parts < 2 ? 1 : parts;
 }
 
+/// CTAs per SM of the exact prefill kernels for `tok`-token tiles (wgmma_mx.cuh
+/// PfGeometry). The 32-token tile's consumers wait on the weight decode's issue and
+/// dependencies with the tensor pipe mostly idle, and its 13 KB ring stages let a second
+/// CTA's warpgroups share each SM (registers: 80 per thread at launch, 32 / 104 after
+/// setmaxnreg). Measured on the H200 (session 25, graph, us, two runs, one CTA / two):
+/// M=16 246.0 / 238.5, M=24 250.1 / 242.5, M=32 255.2 / 246.6, M=40 261.6 / 251.7, M=48
+/// 296.0 / 269.8, M=56 354.9 / 339.9; ncu GEMM2 at M=32 75.4 / 72.8, GEMM1 163 / 161.
+MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; }
+
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
 /// kFp8PrefillMinTokens on; below it the exact paths run (use_prefill).
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {

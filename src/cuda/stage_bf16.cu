@@ -166,8 +166,8 @@ int current_sm_count() {
 }
 }  // namespace
 
-int prefill_ctas() {
-  const int sms = current_sm_count();
+int prefill_ctas(int per_sm) {
+  const int sms = current_sm_count() * per_sm;
   // Tests shrink the grid so that each CTA loops over several tiles (both consumers'
   // turns, ring wrap-around) on small problems.
   if (const char* v = std::getenv("MXMOE_PREFILL_CTAS")) {

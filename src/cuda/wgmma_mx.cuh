@@ -44,8 +44,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common.cuh"
 #include "engine.h"
 #include "mx_mma.cuh"
+#include "mxmoe/error.h"
 #include "ptx.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -55,16 +57,44 @@ inline constexpr int kPfRowGroups = 4;                         // 64-row groups 
 inline constexpr int kPfStages = 8;                            // ring depth (8 beat 6 by 0.3-1.2%)
 inline constexpr int kPfLag = 2;                               // producer chunks in flight
 inline constexpr int kPfThreads = 384;                         // 3 warpgroups
-inline constexpr int kPfStageB = kPfTokens * 128;              // 128 rows x 64 bf16
 inline constexpr int kPfStageW = kPfRowGroups * 4 * 32 * 16;   // tiled weight words
 inline constexpr int kPfStageS = kPfRowGroups * 8 * 16;        // tiled scale words
-inline constexpr int kPfStageBytes = 25 * 1024;                // B stays 1024-aligned
-static_assert(kPfStageB + kPfStageW + kPfStageS <= kPfStageBytes, "stage overflow");
 static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the next chunk's wait");
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
-/// Dynamic shared memory of one prefill CTA (1 KB of slack to align the ring).
-inline constexpr int kPfSmemBytes =
-    1024 + kPfStages * kPfStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4 + 16;
+
+/// The ring's geometry for kTok-token tiles. A stage holds the tile's kTok B rows (64
+/// BF16 each, from offset 0), then the weight and the scale words; it is rounded up to
+/// 1 KB so that every stage's B rows stay 1024-aligned (the 128-byte swizzle's atom).
+/// 128 tokens: 25 KB; 32 tokens: 13 KB.
+template <int kTok>
+struct PfGeometry {
+  static constexpr int kStageB = kTok * 128;
+  static constexpr int kStageBytes = (kStageB + kPfStageW + kPfStageS + 1023) / 1024 * 1024;
+  /// Dynamic shared memory of one CTA (1 KB of slack to align the ring).
+  static constexpr int kSmemBytes =
+      1024 + kPfStages * kStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4 + 16;
+  static constexpr int kCtasPerSm = prefill_ctas_per_sm(kTok);
+  /// setmaxnreg split of the registers the CTA was launched with (384 x 168 at one CTA
+  /// per SM, 384 x 80 at two): producer warpgroup / each consumer warpgroup.
+  static constexpr int kProducerRegs = kCtasPerSm == 1 ? 56 : 32;
+  static constexpr int kConsumerRegs = kCtasPerSm == 1 ? 224 : 104;
+  static constexpr int kLaunchRegs = kCtasPerSm == 1 ? 168 : 80;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kPfThreads * kLaunchRegs, "setmaxnreg split");
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= 228 * 1024, "shared memory per SM");
+};
+
+/// setmaxnreg.inc only takes registers that a .dec gave back to the CTA, which holds what
+/// the kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
+/// the consumers waiting forever. Checked before a kernel's first launch.
+template <int kTok>
+inline void pf_check_registers(const void* kernel, const char* name) {
+  using Geo = PfGeometry<kTok>;
+  cudaFuncAttributes a{};
+  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  if (a.numRegs * kPfThreads < 128 * Geo::kProducerRegs + 256 * Geo::kConsumerRegs)
+    throw Error(detail::cat(name, ": launched with ", a.numRegs, " registers per thread, fewer than its ",
+                            "setmaxnreg split (", Geo::kProducerRegs, " / ", Geo::kConsumerRegs, ") needs"));
+}
 
 inline constexpr uint32_t kPfSplitBarrier = 3;  // named barrier of the 256 consumer threads
 
@@ -142,7 +172,9 @@ __device__ __forceinline__ int64_t pf_b_row(const PfOperands& o, int64_t grow) {
 /// into `parts` K ranges, one item each, so that rem x parts CTAs finish the last wave in
 /// 1 / parts of a tile instead of rem CTAs in a whole one (GEMM1 at M = 16..128 on Kimi
 /// shapes: 672 tiles on 132 SMs, 5.09 waves). The last part of a tile to finish adds the
-/// others' partial sums in (pf_split_fixup).
+/// others' partial sums in (pf_split_fixup). With two CTAs per SM (the 32-token tile) a
+/// wave is still counted in CTAs: counted in SMs (GEMM1 at M=32: 660 whole tiles, the
+/// last 12 split) GEMM1 was no faster and GEMM2 slower (PERFORMANCE.md, session 25).
 struct PfPlan {
   int tiles = 0, whole = 0, parts = 1;
 };
@@ -187,7 +219,7 @@ __device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& pla
 
 /// The ring in dynamic shared memory.
 struct PfRing {
-  uint8_t* stages;   // [kPfStages][kPfStageBytes], 1024-aligned
+  uint8_t* stages;   // [kPfStages][PfGeometry<kTok>::kStageBytes], 1024-aligned
   uint64_t* full;    // [kPfStages]: 128 arrivals (pf_producer) or 1 and the bytes (pf_producer_tma)
   uint64_t* empty;   // [kPfStages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
@@ -212,6 +244,7 @@ using PfCursor = RingCursor<kPfStages>;
 
 #if defined(MXMOE_SM90A)
 
+template <int kTok>
 __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   // Aligned by pointer arithmetic on the __shared__ array, not through an integer: the
   // compiler then still knows every ring pointer is shared memory and emits ld.shared
@@ -219,7 +252,7 @@ __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   // address arithmetic in the mainloop).
   PfRing r;
   r.stages = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
-  r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * kPfStageBytes);
+  r.full = reinterpret_cast<uint64_t*>(r.stages + kPfStages * PfGeometry<kTok>::kStageBytes);
   r.empty = r.full + kPfStages;
   r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
   r.back = r.amax + kPfAmaxFloats;
@@ -257,8 +290,9 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   // Destinations inside a stage: B row r0 + 16m at b_dst + 2048m (the swizzle's r & 7 is
   // r0 & 7 for every m), weight words at w_dst + 2048q, scale words at s_dst.
   const int b_dst = r0 * 128 + ((c ^ (r0 & 7)) << 4);
-  const int w_dst = kPfStageB + i * 16;
-  const int s_dst = kPfStageB + kPfStageW + i * 16;
+  using Geo = PfGeometry<kTok>;
+  const int w_dst = Geo::kStageB + i * 16;
+  const int s_dst = Geo::kStageB + kPfStageW + i * 16;
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
@@ -288,7 +322,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
-      uint8_t* st = ring.stages + s * kPfStageBytes;
+      uint8_t* st = ring.stages + s * Geo::kStageBytes;
 #pragma unroll
       for (int m = 0; m < kRows; ++m)
         cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kc * 64, (live >> m) & 1u ? 16u : 0u);
@@ -328,6 +362,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
 /// would need, was 4x slower: ~60 cycles per 128-byte box (PERFORMANCE.md, session 14).
 template <int kTok>
 __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRing& ring) {
+  using Geo = PfGeometry<kTok>;
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
@@ -349,7 +384,7 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
-      uint8_t* st = ring.stages + s * kPfStageBytes;
+      uint8_t* st = ring.stages + s * Geo::kStageBytes;
       uint64_t* bar = &ring.full[s];
       if (lane == 0) {
         mbar_arrive_expect_tx(bar, bytes);
@@ -357,8 +392,8 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
       }
       __syncwarp();  // the barrier is armed before any of the chunk's bytes can land
       if (lane < groups) {
-        bulk_copy_g2s_tx(st + kPfStageB + q * 2048, w_src + kc * 128, 2048, bar);
-        bulk_copy_g2s_tx(st + kPfStageB + kPfStageW + q * 128, s_src + kc * 8, 128, bar);
+        bulk_copy_g2s_tx(st + Geo::kStageB + q * 2048, w_src + kc * 128, 2048, bar);
+        bulk_copy_g2s_tx(st + Geo::kStageB + kPfStageW + q * 128, s_src + kc * 8, 128, bar);
       }
       ++n;
       fill.advance();
@@ -436,8 +471,9 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   // b's lie a constant further (GEMM1: m16 tile + 2; GEMM2: row group + 1). The empty asm
   // in the loop hides where the two come from, so the compiler keeps them in registers
   // instead of recomputing them from threadIdx every chunk (~20 instructions).
-  uint32_t w_addr = smem_addr(ring.stages) + kPfStageB + ((qa * 4 + mta) * 32 + lane) * 16;
-  uint32_t s_addr = smem_addr(ring.stages) + kPfStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
+  using Geo = PfGeometry<kTok>;
+  uint32_t w_addr = smem_addr(ring.stages) + Geo::kStageB + ((qa * 4 + mta) * 32 + lane) * 16;
+  uint32_t s_addr = smem_addr(ring.stages) + Geo::kStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
   constexpr uint32_t kWordsB = kGated ? 2 * 32 * 16 : 4 * 32 * 16;
   constexpr uint32_t kScalesB = kGated ? 2 * 4 : 8 * 4 * 4;
 #pragma unroll
@@ -447,8 +483,8 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     const int s = cur.stage;
     asm volatile("" : "+r"(w_addr), "+r"(s_addr));
     mbar_wait(&ring.full[s], cur.phase);
-    const uint8_t* st = ring.stages + s * kPfStageBytes;
-    const uint32_t so = static_cast<uint32_t>(s) * kPfStageBytes;
+    const uint8_t* st = ring.stages + s * Geo::kStageBytes;
+    const uint32_t so = static_cast<uint32_t>(s) * Geo::kStageBytes;
     const uint4 wa = lds_u4(w_addr + so);
     const uint4 wb = lds_u4(w_addr + so + kWordsB);
     const uint32_t sa = lds_u32(s_addr + so);
@@ -526,16 +562,17 @@ __device__ __forceinline__ bool pf_split_fixup(float (&acc_a)[kTok / 2], float (
 /// warpgroup 0 or 1), for a split tile once its last part has added the others' in.
 template <bool kGated, int kTok, bool kTmaB, class Epilogue>
 __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
-  const PfRing ring = pf_ring(dyn_smem);
+  using Geo = PfGeometry<kTok>;
+  const PfRing ring = pf_ring<kTok>(dyn_smem);
   pf_init_barriers(ring, kTmaB ? 1u : 128u);
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
-    setmaxnreg_dec<56>();
+    setmaxnreg_dec<Geo::kProducerRegs>();
     if constexpr (kTmaB) pf_producer_tma<kTok>(o, ring);
     else pf_producer<kTok>(o, ring);
     return;
   }
-  setmaxnreg_inc<224>();
+  setmaxnreg_inc<Geo::kConsumerRegs>();
   PfCursor cur;
   const PfPlan plan = pf_plan<kTok>(o);
   for (int item = blockIdx.x;; item += gridDim.x) {

@@ -734,7 +734,7 @@ void run_gemm1_stage(const StageCase& sc) {
     ASSERT_LT(g, tiles) << "no CTA count splits this case's GEMM" << sc.split_gemm;
     setenv("MXMOE_PREFILL_CTAS", std::to_string(g).c_str(), 1);
   }
-  const int ctas = cd::prefill_ctas();
+  const int ctas = cd::prefill_ctas(cd::prefill_ctas_per_sm(tile));
   layer.forward(a, ws.p, ws.n, nullptr);
   unsetenv("MXMOE_PREFILL_CTAS");
   unsetenv("MXMOE_PREFILL_TOKEN_TILE");
