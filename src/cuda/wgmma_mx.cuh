@@ -14,16 +14,16 @@
 //   warpgroup 0 (producer, 56 registers; 32 at two CTAs per SM): each 64-K chunk into a
 //     ring of kPfStages shared stages: the tile's kTok token rows (B, BF16, 128-byte
 //     swizzled rows, the wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and
-//     their scale words. GEMM1 gathers its B rows by token: cp.async by all 128 threads, a stage
-//     published on its `full` mbarrier once the copies have landed (pf_producer). GEMM2's
-//     B rows are contiguous: one warp hands the chunk to the TMA engine (one tensor-map
-//     box for B, bulk copies for the weights), and `full` completes on the bytes
-//     (pf_producer_tma).
-//   warpgroups 1, 2 (consumers, 224 registers; 104 at two CTAs per SM): each owns 2 of the 4 row groups and all
-//     kTok tokens: per 64-K chunk it decodes the A fragments (weights) of both MX blocks
-//     from shared memory into registers and issues one group of 8 wgmma m64nNk16 with
-//     N = kTok (A registers, B shared); two fp32 accumulators of 64 x kTok per
-//     warpgroup. A chunk's stage goes back on `empty` once the next chunk's wait has
+//     their scale words. GEMM1 gathers its B rows by token: cp.async by all 128 threads,
+//     a stage published on its `full` mbarrier once the copies have landed
+//     (pf_producer). GEMM2's B rows are contiguous: one warp hands the chunk to the TMA
+//     engine (one tensor-map box for B, bulk copies for the weights), and `full`
+//     completes on the bytes (pf_producer_tma).
+//   warpgroups 1, 2 (consumers, 224 registers; 104 at two CTAs per SM): each owns 2 of
+//     the 4 row groups and all kTok tokens: per 64-K chunk it decodes the A fragments
+//     (weights) of both MX blocks from shared memory into registers and issues one
+//     group of 8 wgmma m64nNk16 with N = kTok (A registers, B shared); two fp32
+//     accumulators of 64 x kTok per warpgroup. A chunk's stage goes back on `empty` once the next chunk's wait has
 //     retired its group.
 // Weights are the MMA's M dimension ("swap AB"): the tiled layout (engine.h) already
 // gives each lane its m16n8k16 A fragment, which is also the wgmma A fragment of its warp.
