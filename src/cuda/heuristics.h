@@ -322,9 +322,10 @@ MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
 /// PfGeometry). The 32-token tile's consumers wait on the weight decode's issue and
 /// dependencies with the tensor pipe mostly idle, and its 13 KB ring stages let a second
 /// CTA's warpgroups share each SM (registers: 80 per thread at launch, 32 / 104 after
-/// setmaxnreg). Measured on the H200 (session 25, graph, us, two runs, one CTA / two):
-/// M=16 246.0 / 238.5, M=24 250.1 / 242.5, M=32 255.2 / 246.6, M=40 261.6 / 251.7, M=48
-/// 296.0 / 269.8, M=56 354.9 / 339.9; ncu GEMM2 at M=32 75.4 / 72.8, GEMM1 163 / 161.
+/// setmaxnreg). Measured on the H200 (session 25, graph, us, mean of three rounds, one
+/// CTA / two; M=40 and 56 from run 4, the others run 3): M=16 246.0 / 238.5, M=24 250.1 /
+/// 242.5, M=32 255.7 / 246.3, M=40 261.3 / 251.7, M=48 296.1 / 269.9, M=56 354.9 / 339.9;
+/// ncu at M=32 (run 3) GEMM2 75.7 / 72.8, GEMM1 163.0 / 161.3.
 MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; }
 
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
