@@ -93,6 +93,10 @@ void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, i
 /// split (wgmma_fp8.cuh f8_check_registers); the layer calls both once when it is built.
 void check_gemm1_fp8_kernel();
 void check_gemm2_fp8_kernel();
+/// The same for the exact prefill path's GEMM1 / GEMM2 kernels, every token tile
+/// (wgmma_mx.cuh pf_check_registers); the layer calls both when it takes that path.
+void check_gemm1_prefill_kernels();
+void check_gemm2_prefill_kernels();
 struct Fp8MatView {
   const uint8_t* codes = nullptr;
   const float* scale = nullptr;

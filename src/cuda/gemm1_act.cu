@@ -817,12 +817,6 @@ __global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm) gemm
 
 template <bool kFp8Inter, int kTok, int kAct>
 void launch_prefill_t(const Gemm1Params& p, cudaStream_t stream) {
-  static const bool registers_checked = [] {
-    pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm1_prefill_kernel<kFp8Inter, kTok, kAct>),
-                             "gemm1_prefill_kernel");
-    return true;
-  }();
-  (void)registers_checked;
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_prefill_kernel<kFp8Inter, kTok, kAct>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, PfGeometry<kTok>::kSmemBytes));
   gemm1_prefill_kernel<kFp8Inter, kTok, kAct><<<prefill_ctas(PfGeometry<kTok>::kCtasPerSm), kPfThreads, PfGeometry<kTok>::kSmemBytes, stream>>>(p);
@@ -942,14 +936,32 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
   MXMOE_LAUNCH_CHECK("gemm1_act_kernel");
 }
 
+/// Calls f(std::integral_constant<int, kAct>{}) for every activation kind a GEMM1 kernel
+/// is compiled for (am::with_activation_kind): the register checks below.
+template <class F>
+void for_each_activation_kind(F&& f) {
+  for (int kind : {0, 1, 2, am::kActSituAlpha4, am::kActSituOtherAlpha}) am::with_activation_kind(kind, f);
+}
+
 }  // namespace
 
 void check_gemm1_fp8_kernel() {
-  for (int kind : {0, 1, 2, am::kActSituAlpha4, am::kActSituOtherAlpha})
-    am::with_activation_kind(kind, [&](auto k) {
-      f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value>),
-                         "gemm1_fp8_kernel");
+  for_each_activation_kind([&](auto k) {
+    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value>), "gemm1_fp8_kernel");
+  });
+}
+
+void check_gemm1_prefill_kernels() {
+  for_each_prefill_tile([&](auto t) {
+    constexpr int kTok = decltype(t)::value;
+    for_each_activation_kind([&](auto k) {
+      constexpr int kAct = decltype(k)::value;
+      pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm1_prefill_kernel<false, kTok, kAct>),
+                               "gemm1_prefill_kernel");
+      pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm1_prefill_kernel<true, kTok, kAct>),
+                               "gemm1_prefill_kernel");
     });
+  });
 }
 
 bool prefill_kernels_available() {

@@ -292,11 +292,6 @@ __global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm)
 
 template <int kTok>
 void launch_prefill(const Gemm2Params& p, cudaStream_t stream) {
-  static const bool registers_checked = [] {
-    pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm2_prefill_kernel<kTok>), "gemm2_prefill_kernel");
-    return true;
-  }();
-  (void)registers_checked;
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel<kTok>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, PfGeometry<kTok>::kSmemBytes));
   // The 128-token tile's B chunks go through the TMA engine (wgmma_mx.cuh pf_producer_tma);
@@ -319,6 +314,13 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void check_gemm2_prefill_kernels() {
+  for_each_prefill_tile([&](auto t) {
+    constexpr int kTok = decltype(t)::value;
+    pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm2_prefill_kernel<kTok>), "gemm2_prefill_kernel");
+  });
+}
 
 void check_gemm2_fp8_kernel() {
   f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");

@@ -418,6 +418,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     // (their kernels still serve GPUs without the sm_90a prefill kernels).
     s.prefill_ok = !knob_off("MXMOE_PREFILL") && prop.major == 9 && prefill_kernels_available() &&
                    in_range(weights.w13_scale) && in_range(weights.w2_scale);
+    if (s.prefill_ok) {
+      check_gemm1_prefill_kernels();
+      check_gemm2_prefill_kernels();
+    }
   }
   // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");

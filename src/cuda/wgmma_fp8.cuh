@@ -55,15 +55,10 @@ static_assert(kF8Lag <= kF8Stages - 1, "the producer would wait on a stage nobod
 /// Registers per thread of the producer and of the consumers (setmaxnreg, f8_run).
 inline constexpr int kF8ProducerRegs = 104;
 inline constexpr int kF8ConsumerRegs = 200;
-/// setmaxnreg.inc only takes registers a .dec gave back to the CTA, which holds what the
-/// kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
-/// the consumers waiting forever. Checked when a layer is built (check_gemm*_fp8_kernel).
+/// wgmma_mx.cuh check_register_split with this mode's split; checked when a layer is
+/// built (check_gemm*_fp8_kernel).
 inline void f8_check_registers(const void* kernel, const char* name) {
-  cudaFuncAttributes a{};
-  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-  if (a.numRegs * kPfThreads < 128 * kF8ProducerRegs + 256 * kF8ConsumerRegs)
-    throw Error(detail::cat(name, ": launched with ", a.numRegs, " registers per thread, fewer than its ",
-                            "setmaxnreg split (", kF8ProducerRegs, " / ", kF8ConsumerRegs, ") needs"));
+  check_register_split(kernel, name, kF8ProducerRegs, kF8ConsumerRegs);
 }
 
 /// What the producer streams.

@@ -86,15 +86,20 @@ struct PfGeometry {
 
 /// setmaxnreg.inc only takes registers that a .dec gave back to the CTA, which holds what
 /// the kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
-/// the consumers waiting forever. Checked before a kernel's first launch.
-template <int kTok>
-inline void pf_check_registers(const void* kernel, const char* name) {
-  using Geo = PfGeometry<kTok>;
+/// the consumers waiting forever. Throws Error unless `kernel` (a kPfThreads-thread
+/// kernel: one producer and two consumer warpgroups) holds its split; the layer checks
+/// its prefill and FP8-mode kernels once when it is built.
+inline void check_register_split(const void* kernel, const char* name, int producer_regs, int consumer_regs) {
   cudaFuncAttributes a{};
   MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-  if (a.numRegs * kPfThreads < 128 * Geo::kProducerRegs + 256 * Geo::kConsumerRegs)
+  if (a.numRegs * kPfThreads < 128 * producer_regs + 256 * consumer_regs)
     throw Error(detail::cat(name, ": launched with ", a.numRegs, " registers per thread, fewer than its ",
-                            "setmaxnreg split (", Geo::kProducerRegs, " / ", Geo::kConsumerRegs, ") needs"));
+                            "setmaxnreg split (", producer_regs, " / ", consumer_regs, ") needs"));
+}
+/// check_register_split for a prefill kernel of kTok-token tiles (PfGeometry's split).
+template <int kTok>
+inline void pf_check_registers(const void* kernel, const char* name) {
+  check_register_split(kernel, name, PfGeometry<kTok>::kProducerRegs, PfGeometry<kTok>::kConsumerRegs);
 }
 
 inline constexpr uint32_t kPfSplitBarrier = 3;  // named barrier of the 256 consumer threads
@@ -109,6 +114,11 @@ void with_prefill_tile(int tile, F&& f) {
     case 64: return f(std::integral_constant<int, 64>{});
     default: return f(std::integral_constant<int, kPfTokens>{});
   }
+}
+/// with_prefill_tile for every token tile (the layer's register checks).
+template <class F>
+void for_each_prefill_tile(F&& f) {
+  for (int tile : {32, 64, kPfTokens}) with_prefill_tile(tile, f);
 }
 
 struct PfTile {
