@@ -223,8 +223,10 @@ struct Gemm1Params {
   uint32_t* inexact = nullptr;
   uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
-  /// Split last wave (wgmma_mx.cuh pf_plan), or null; on the decode path at 2..32 tokens
-  /// the balanced kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at zero).
+  /// Split tail (wgmma_mx.cuh pf_plan), or null; on the decode path at 2..32 tokens the
+  /// balanced kernel's slots (heuristics.h kBalancedSlots: kBalancedAccBytes, counters at
+  /// zero). GEMM1's prefill path needs split_count even without split_acc: its item
+  /// counter follows the split counters (heuristics.h kPrefillWordsBytes, prefill_claims).
   float* split_acc = nullptr;
   uint32_t* split_count = nullptr;
   /// FP8 mode (config.precision fp8; prefill sizes): E4M3 weights and x re-expressed per
@@ -265,7 +267,7 @@ struct Gemm2Params {
   const uint16_t* ib = nullptr;
   int64_t ib_stride = 0;
   const uint32_t* inexact = nullptr;
-  float* split_acc = nullptr;        // split last wave (wgmma_mx.cuh pf_plan), or null
+  float* split_acc = nullptr;        // split tail (wgmma_mx.cuh pf_plan), or null
   uint32_t* split_count = nullptr;
   /// FP8 mode: as Gemm1Params::fp8, the intermediate re-expressed.
   bool fp8 = false;

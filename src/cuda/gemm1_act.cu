@@ -995,6 +995,8 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
     MXMOE_CHECK_ARG(p.ib != nullptr && p.ib_stride % 64 == 0 && p.ib_stride >= p.intermediate,
                     "Gemm1Params.ib_stride", p.ib_stride, ": the prefill path stages the "
                     "intermediate in rows of a multiple of 64 >= N ", p.intermediate);
+    MXMOE_CHECK_ARG(p.split_count != nullptr, "Gemm1Params.split_count",
+                    "the prefill path's item counter follows the split counters");
     if (p.inter_fp8) launch_prefill<true>(p, stream);
     else launch_prefill<false>(p, stream);
     // The generic kernels below leave at once unless the inexact bit is set.

@@ -282,14 +282,13 @@ inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
   return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : 128;
 }
-/// Split last wave of the exact prefill path (wgmma_mx.cuh pf_plan): when a launch's
-/// tiles leave a last wave of rem <= G / 2 tiles on its G CTAs, each of those tiles is
-/// cut into `parts` K ranges of at least kPfMinSplitChunks chunks, run by rem x parts
-/// CTAs, and the last part of a tile to finish adds the others' partial sums in part
-/// order (deterministic) before the epilogue. Kimi GEMM1 at M = 16..128: 672 tiles and
-/// more on 132 SMs, where the last few tiles took a sixth of the kernel. The partial sums
-/// live in kPfSplitBytes of the workspace (128 parts of the 128-token tile, 512 of the
-/// 32-token one), with one counter per split tile (kPfSplitTiles at most).
+/// Split tail of the exact prefill path (wgmma_mx.cuh pf_plan): the last `tiles` tiles of
+/// a launch's sequence are each cut into `parts` K ranges of at least kPfMinSplitChunks
+/// chunks, one item each, and the last part of a tile to finish adds the others' partial
+/// sums in part order (deterministic) before the epilogue. Kimi GEMM1 at M = 16..128: 672
+/// tiles and more on 132 SMs, where the last few tiles took a sixth of the kernel. The
+/// partial sums live in kPfSplitBytes of the workspace (128 parts of the 128-token tile,
+/// 512 of the 32-token one), with one counter per split tile (kPfSplitTiles at most).
 inline constexpr size_t kPfSplitBytes = size_t{16} << 20;
 inline constexpr int kPfSplitTiles = 256;
 inline constexpr int kPfMinSplitChunks = 4;
@@ -302,20 +301,38 @@ inline constexpr int kPfMinSplitChunks = 4;
 /// 177.4 / 235.6 / 340.2; the layer (graph) M=64 366.9 / 364.2 -> 361.7 / 362.6 us,
 /// M=128 520.1 / 521.3 -> 514.8 / 517.0.
 inline constexpr int kPfMaxSplitParts = 4;
-/// Parts per split tile for `tiles` tiles of `tok` tokens on `ctas` CTAs, K in `kc_count`
-/// 64-K chunks (1: no split). Host and device: the tests check that their cases split.
-/// Measured on the H200 (session 15, graph, same run): M=16 280 -> 265 us, M=32 293 ->
-/// 277, M=128 547 -> 524. Cutting a nearly full last wave costs more than it saves: GEMM2
-/// at rem = 128 of 132 tiles, 81 -> 93 us at M=32 (PERFORMANCE.md, session 15).
-MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
-  const int rem = tiles % ctas;
-  if (rem == 0 || rem > kPfSplitTiles) return 1;
-  const int capacity = static_cast<int>(kPfSplitBytes / (256 * sizeof(float) * tok)) / rem;
-  int parts = ctas / rem;
-  parts = parts < kc_count / kPfMinSplitChunks ? parts : kc_count / kPfMinSplitChunks;
-  parts = parts < capacity ? parts : capacity;
+
+/// The split tail of a launch: its last `tiles` tiles in `parts` parts each.
+struct PfSplit {
+  int tiles = 0, parts = 1;
+};
+/// The split tail for `tiles` tiles of `tok` tokens on `ctas` CTAs, K in `kc_count` 64-K
+/// chunks; `claimed`: the CTAs claim their items (prefill_claims). Host and device: the
+/// tests check that their cases split.
+/// - Dealt (every G-th item to a CTA): the last wave's rem = tiles % G tiles when rem <= G
+///   / 2, each in G / rem parts (at most 4): rem x parts CTAs finish it in 1 / parts of a
+///   tile. Measured (session 15, graph, same run): M=16 280 -> 265 us, M=32 293 -> 277,
+///   M=128 547 -> 524. Cutting a nearly full last wave costs more than it saves: GEMM2 at
+///   rem = 128 of 132 tiles, 81 -> 93 us at M=32 (PERFORMANCE.md, session 15).
+/// - Claimed: as many parts as allowed, and enough tiles (G / parts) that the CTAs' last
+///   round of claims is all parts, so they finish within about a part of each other.
+MXMOE_HD PfSplit pf_split(bool claimed, int tiles, int ctas, int kc_count, int tok) {
+  int parts = kc_count / kPfMinSplitChunks;
   parts = parts < kPfMaxSplitParts ? parts : kPfMaxSplitParts;
-  return parts < 2 ? 1 : parts;
+  const int capacity = static_cast<int>(kPfSplitBytes / (256 * sizeof(float) * tok));  // parts
+  if (!claimed) {
+    const int rem = tiles % ctas;
+    if (rem == 0 || rem > kPfSplitTiles) return PfSplit{};
+    parts = parts < ctas / rem ? parts : ctas / rem;
+    parts = parts < capacity / rem ? parts : capacity / rem;
+    return parts >= 2 ? PfSplit{rem, parts} : PfSplit{};
+  }
+  if (parts < 2 || tiles <= 0) return PfSplit{};
+  int split = (ctas + parts - 1) / parts;
+  split = split < tiles ? split : tiles;
+  split = split < kPfSplitTiles ? split : kPfSplitTiles;
+  split = split < capacity / parts ? split : capacity / parts;
+  return split > 0 ? PfSplit{split, parts} : PfSplit{};
 }
 
 /// CTAs per SM of the exact prefill kernels for `tok`-token tiles (wgmma_mx.cuh
@@ -327,6 +344,15 @@ MXMOE_HD int pf_split_parts(int tiles, int ctas, int kc_count, int tok) {
 /// 242.5, M=32 255.7 / 246.3, M=40 261.3 / 251.7, M=48 296.1 / 269.9, M=56 354.9 / 339.9;
 /// ncu at M=32 (run 3) GEMM2 75.7 / 72.8, GEMM1 163.0 / 161.3.
 MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; }
+
+/// Whether a prefill kernel's CTAs claim their items from a counter (wgmma_mx.cuh
+/// pf_claim) instead of taking every G-th: GEMM1 (`gated`) at two CTAs per SM (the
+/// 32-token tile). There the CTA resident first on an SM runs a tile in ~41 us and its
+/// partner in ~61 (their warps' issue priority), so CTAs dealt equal work end ~40 us
+/// apart; claimed, a faster CTA takes more. Measured on the H200 (session 26, ncu, M=32):
+/// GEMM1 161 -> 150 us. GEMM2 measured slower claimed (72 -> 85 us at M=32, 139 -> 168 at
+/// M=128, one CTA per SM), the cause not found; it keeps the dealt schedule.
+MXMOE_HD constexpr bool prefill_claims(bool gated, int tok) { return gated && prefill_ctas_per_sm(tok) > 1; }
 
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
 /// kFp8PrefillMinTokens on; below it the exact paths run (use_prefill).
@@ -341,8 +367,10 @@ inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
 inline constexpr uint32_t kInexactX = 1u;
 inline constexpr uint32_t kInexactInter = 2u;
 /// Bytes of the prefill path's per-forward words in the workspace: that word, then the
-/// split-tile counters (pf_split_parts), so the forward's one memset clears both.
-inline constexpr size_t kPrefillWordsBytes = sizeof(uint32_t) * (1 + kPfSplitTiles);
+/// split-tile counters (pf_split), then the item counter that GEMM1's CTAs claim their
+/// items from at two CTAs per SM (prefill_claims, wgmma_mx.cuh pf_claim), so the
+/// forward's one memset clears them all. Each kernel also leaves its counters at zero.
+inline constexpr size_t kPrefillWordsBytes = sizeof(uint32_t) * (1 + kPfSplitTiles + 1);
 
 /// Programmatic dependent launch on the decode path (sm_90 and later, `device_ok`; the
 /// test knob MXMOE_PDL=0 clears it at layer construction): GEMM2's decode kernel (one

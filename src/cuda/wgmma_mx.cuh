@@ -32,8 +32,11 @@
 //
 // Tiles: per expert, ceil(rows / kTok) token tiles x ceil(RG / 4) row blocks, row block
 // fastest so that the CTAs running at once share one token tile and one expert's weights
-// in L2. Every role walks the same tile sequence (pf_tile), as items of a plan (pf_plan)
-// in which the tiles of a short last wave are split along K. The token tile kTok is 128,
+// in L2. Every role walks the tile sequence (pf_tile) as items of a plan (pf_plan), in
+// which the last tiles are split along K: CTA b takes items b, b + G, ... ("dealt"), or
+// for GEMM1 at two CTAs per SM its CTAs claim the items from a counter (pf_claim) and the
+// producer hands each to the consumers in the header of its first chunk's stage
+// (heuristics.h prefill_claims). The token tile kTok is 128,
 // or 64 / 32 where experts hold few rows (heuristics.h prefill_token_tile): the wgmma
 // N, the B rows copied and the epilogue's token blocks shrink with it, the weight decode
 // per chunk does not, so a small tile saves the tensor time of padding rows.
@@ -64,13 +67,16 @@ static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 
 /// The ring's geometry for kTok-token tiles. A stage holds the tile's kTok B rows (64
-/// BF16 each, from offset 0), then the weight and the scale words; it is rounded up to
-/// 1 KB so that every stage's B rows stay 1024-aligned (the 128-byte swizzle's atom).
-/// 128 tokens: 25 KB; 32 tokens: 13 KB.
+/// BF16 each, from offset 0), then the weight and the scale words, then the item header
+/// (claimed items: pf_store_header); it is rounded up to 1 KB so that every
+/// stage's B rows stay 1024-aligned (the 128-byte swizzle's atom). 128 tokens: 25 KB;
+/// 32 tokens: 13 KB.
+inline constexpr int kPfHeaderBytes = 32;  // sizeof(PfWork), checked where PfWork is
 template <int kTok>
 struct PfGeometry {
   static constexpr int kStageB = kTok * 128;
-  static constexpr int kStageBytes = (kStageB + kPfStageW + kPfStageS + 1023) / 1024 * 1024;
+  static constexpr int kHeader = kStageB + kPfStageW + kPfStageS;
+  static constexpr int kStageBytes = (kHeader + kPfHeaderBytes + 1023) / 1024 * 1024;
   /// Dynamic shared memory of one CTA (1 KB of slack to align the ring).
   static constexpr int kSmemBytes =
       1024 + kPfStages * kStageBytes + 2 * kPfStages * 8 + kPfAmaxFloats * 4 + 2 * kPfTokens * 4 + 16;
@@ -102,7 +108,8 @@ inline void pf_check_registers(const void* kernel, const char* name) {
   check_register_split(kernel, name, PfGeometry<kTok>::kProducerRegs, PfGeometry<kTok>::kConsumerRegs);
 }
 
-inline constexpr uint32_t kPfSplitBarrier = 3;  // named barrier of the 256 consumer threads
+inline constexpr uint32_t kPfSplitBarrier = 3;     // named barrier of the 256 consumer threads
+inline constexpr uint32_t kPfProducerBarrier = 4;  // named barrier of the 128 producer threads
 
 /// Calls f(std::integral_constant<int, kTok>{}) for a token tile `tile` of 32, 64 or 128
 /// (prefill_tile_tokens): the one place where the tile sizes meet the kernels'
@@ -155,7 +162,8 @@ struct PfOperands {
   const int32_t* offsets = nullptr;
   int num_local = 0;
   float* split_acc = nullptr;        // kPfSplitBytes of partial sums, or null: no split
-  uint32_t* split_count = nullptr;   // [kPfSplitTiles], zero at launch
+  uint32_t* split_count = nullptr;   // [kPfSplitTiles] split-tile counters, then the item
+                                     // counter (pf_claim_counter); zero at launch
   __device__ int rb_count() const { return (rg_count + kPfRowGroups - 1) / kPfRowGroups; }
 };
 
@@ -176,40 +184,55 @@ __device__ __forceinline__ int64_t pf_b_row(const PfOperands& o, int64_t grow) {
   return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
 }
 
-/// The work of one launch, the same for every role (computed from the device counts):
-/// `tiles` tiles in pf_tile's sequence, items 0, 1, ... of which go to the G CTAs in turn.
-/// Items 0 .. whole - 1 are tiles 0 .. whole - 1. When the tiles leave a last wave of
-/// rem = tiles - whole <= G / 2 tiles (heuristics.h pf_split_parts), each of those is cut
-/// into `parts` K ranges, one item each, so that rem x parts CTAs finish the last wave in
-/// 1 / parts of a tile instead of rem CTAs in a whole one (GEMM1 at M = 16..128 on Kimi
-/// shapes: 672 tiles on 132 SMs, 5.09 waves). The last part of a tile to finish adds the
-/// others' partial sums in (pf_split_fixup). With two CTAs per SM (the 32-token tile) a
-/// wave is still counted in CTAs: counted in SMs (GEMM1 at M=32: 660 whole tiles, the
-/// last 12 split) GEMM1 was no faster and GEMM2 slower (PERFORMANCE.md, session 25).
+/// The work of one launch (computed from the device counts): `tiles` tiles in pf_tile's
+/// sequence as items 0 .. items() - 1. Items 0 .. whole - 1 are tiles 0 .. whole - 1;
+/// each of the last tiles - whole tiles is cut into `parts` K ranges, one item each
+/// (heuristics.h pf_split), whose last part to finish adds the others' partial sums in
+/// (pf_split_fixup). kClaim (heuristics.h prefill_claims): the CTAs claim the items in
+/// order from a counter (pf_claim), so a faster CTA takes more and the last claims are
+/// parts of a tile; otherwise CTA b takes items b, b + G, ... and only a short last wave
+/// is split. With dealt items at two CTAs per SM a wave is counted in CTAs: counted in SMs
+/// (GEMM1 at M=32: 660 whole tiles, the last 12 split) GEMM1 was no faster and GEMM2
+/// slower (PERFORMANCE.md, session 25).
 struct PfPlan {
   int tiles = 0, whole = 0, parts = 1;
+  __device__ int items() const { return whole + (tiles - whole) * parts; }
 };
-template <int kTok>
+template <int kTok, bool kClaim>
 __device__ __forceinline__ PfPlan pf_plan(const PfOperands& o) {
   const int rb_count = o.rb_count();
   int tiles = 0;
   for (int e = 0; e < o.num_local; ++e) tiles += (o.counts[e] + kTok - 1) / kTok * rb_count;
   PfPlan plan{tiles, tiles, 1};
-  const int parts = o.split_acc != nullptr ? pf_split_parts(tiles, gridDim.x, o.kc_count, kTok) : 1;
-  if (parts > 1) {
-    plan.whole = tiles - tiles % static_cast<int>(gridDim.x);
-    plan.parts = parts;
+  if (o.split_acc != nullptr) {
+    const PfSplit split = pf_split(kClaim, tiles, gridDim.x, o.kc_count, kTok);
+    plan.whole = tiles - split.tiles;
+    plan.parts = split.parts;
   }
   return plan;
 }
 
+/// The launch's item counter: after the split-tile counters (heuristics.h
+/// kPrefillWordsBytes), zero at launch.
+__device__ __forceinline__ uint32_t* pf_claim_counter(const PfOperands& o) { return o.split_count + kPfSplitTiles; }
+/// Claims the next item (one thread per CTA). Each CTA claims until it gets an item past
+/// the plan, so the launch makes items + G claims; the one that gets the last of them
+/// resets the counter for the next launch (no claim follows it).
+__device__ __forceinline__ uint32_t pf_claim(const PfOperands& o, const PfPlan& plan) {
+  uint32_t* counter = pf_claim_counter(o);
+  const uint32_t item = atomicAdd(counter, 1u);
+  if (item == static_cast<uint32_t>(plan.items()) + gridDim.x - 1) *counter = 0;
+  return item;
+}
+
 /// One item of the plan: its tile (e = -1 past the end), its K chunks [kc_begin, kc_end),
-/// and for a part of a split tile the tile's index among them (`slot`, else -1) and its
-/// `part`.
+/// and for a part of a split tile the tile's index among them (`slot`, else -1), its
+/// `part` and the plan's `parts` per split tile.
 struct PfWork {
   PfTile tile;
-  int kc_begin = 0, kc_end = 0, slot = -1, part = 0;
+  int kc_begin = 0, kc_end = 0, slot = -1, part = 0, parts = 1;
 };
+static_assert(sizeof(PfWork) <= kPfHeaderBytes, "a stage's item header holds a PfWork");
 template <int kTok>
 __device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& plan, int item) {
   PfWork w;
@@ -221,6 +244,7 @@ __device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& pla
     if (ti >= plan.tiles) return w;
     w.slot = ti - plan.whole;
     w.part = k % plan.parts;
+    w.parts = plan.parts;
     w.kc_begin = w.part * o.kc_count / plan.parts;
     w.kc_end = (w.part + 1) * o.kc_count / plan.parts;
   }
@@ -236,6 +260,7 @@ struct PfRing {
   float* amax;       // [2][4][kPfTokens]
   float* back;       // [2][kPfTokens]: each consumer warpgroup's tile's range factors
   uint32_t* arrived; // a split tile's parts counted before this one (pf_split_fixup)
+  uint32_t* claimed; // [2]: pf_producer's claims, to its warpgroup, in alternate words
 };
 
 /// A position in a ring of kStages stages: a chunk's stage and the parity of that stage's
@@ -253,6 +278,21 @@ struct RingCursor {
 };
 using PfCursor = RingCursor<kPfStages>;
 
+/// The item header of a stage (PfGeometry::kHeader), for claimed items (pf_plan): the
+/// consumers cannot know which item their producer claimed. The producer writes an item's
+/// PfWork into the stage of the item's first chunk, and after the last item a header with
+/// e = -1 into one more stage, which it publishes without copies. The consumers read it
+/// once that stage's `full` phase completes (the arrival releases the write). They no
+/// longer walk the experts' counts (pf_tile) between tiles either, 1-5 us per item.
+template <int kTok>
+__device__ __forceinline__ void pf_store_header(uint8_t* stage, const PfWork& work) {
+  *reinterpret_cast<PfWork*>(stage + PfGeometry<kTok>::kHeader) = work;
+}
+template <int kTok>
+__device__ __forceinline__ PfWork pf_load_header(const uint8_t* stage) {
+  return *reinterpret_cast<const PfWork*>(stage + PfGeometry<kTok>::kHeader);
+}
+
 #if defined(MXMOE_SM90A)
 
 template <int kTok>
@@ -268,6 +308,7 @@ __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   r.amax = reinterpret_cast<float*>(r.empty + kPfStages);
   r.back = r.amax + kPfAmaxFloats;
   r.arrived = reinterpret_cast<uint32_t*>(r.back + 2 * kPfTokens);
+  r.claimed = r.arrived + 1;  // in the 16 bytes after `back` (PfGeometry::kSmemBytes)
   return r;
 }
 
@@ -293,7 +334,7 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_
 /// (offset or -1, select, multiply) came to ~245 instructions per chunk. The weight and
 /// scale words as bulk copies instead (B rows staying on cp.async) were slower: GEMM1
 /// 6.08 -> 6.26 ms at M=4096, 205 -> 257 us at M=32 (PERFORMANCE.md, session 14).
-template <int kTok>
+template <int kTok, bool kClaim>
 __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& ring) {
   constexpr int kRows = kTok / 16;  // token rows per thread
   const int i = threadIdx.x;
@@ -307,11 +348,32 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
-  const PfPlan plan = pf_plan<kTok>(o);
-  for (int item = blockIdx.x;; item += gridDim.x) {
+  const PfPlan plan = pf_plan<kTok, kClaim>(o);
+  for (uint32_t round = 0;; ++round) {
+    int item = static_cast<int>(blockIdx.x + round * gridDim.x);
+    if constexpr (kClaim) {
+      // Thread 0's claim to the warpgroup, made once the previous item's copies are
+      // issued (claimed at the previous item's start instead, a CTA held an item that
+      // one idle sooner would have taken: GEMM2 at M=32 72 -> 109 us). The words
+      // alternate, so thread 0 writes the next claim while a slow thread may still read
+      // this one, and not this word again before every thread passed the next barrier.
+      if (i == 0) ring.claimed[round & 1u] = pf_claim(o, plan);
+      named_barrier_sync(kPfProducerBarrier, 128);
+      item = static_cast<int>(ring.claimed[round & 1u]);
+    }
     const PfWork work = pf_work<kTok>(o, plan, item);
     const PfTile& t = work.tile;
-    if (t.e < 0) break;
+    if (t.e < 0) {
+      if constexpr (kClaim) {
+        // The end header, in a stage of its own, published below as an empty copy group.
+        if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[fill.stage], fill.phase ^ 1u);
+        if (i == 0) pf_store_header<kTok>(ring.stages + fill.stage * Geo::kStageBytes, work);
+        cp_async_commit();
+        ++n;
+        fill.advance();
+      }
+      break;
+    }
     const int count = o.counts[t.e], off = o.offsets[t.e];
     // Chunk 0 of row r0 + 16m's piece, or (bit m of `live` clear: past the expert's
     // rows) of row 0's, copied as zeros (source size 0, never read).
@@ -334,6 +396,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       // From the second lap on, the consumers' release of this stage's previous chunk.
       if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * Geo::kStageBytes;
+      if (kClaim && i == 0 && kc == work.kc_begin) pf_store_header<kTok>(st, work);
 #pragma unroll
       for (int m = 0; m < kRows; ++m)
         cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kc * 64, (live >> m) & 1u ? 16u : 0u);
@@ -379,7 +442,7 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
   uint32_t n = 0;  // chunks filled
   PfCursor fill;
-  const PfPlan plan = pf_plan<kTok>(o);
+  const PfPlan plan = pf_plan<kTok, false>(o);
   for (int item = blockIdx.x;; item += gridDim.x) {
     const PfWork work = pf_work<kTok>(o, plan, item);
     const PfTile& t = work.tile;
@@ -534,10 +597,9 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
 /// true: it runs the tile's epilogue. The others return false.
 template <int kTok>
 __device__ __forceinline__ bool pf_split_fixup(float (&acc_a)[kTok / 2], float (&acc_b)[kTok / 2],
-                                               const PfOperands& o, const PfPlan& plan,
-                                               const PfWork& work, const PfRing& ring) {
+                                               const PfOperands& o, const PfWork& work, const PfRing& ring) {
   const int t = static_cast<int>(threadIdx.x) - 128;
-  float* tile_acc = o.split_acc + static_cast<size_t>(work.slot) * plan.parts * kTok * 256 + t;
+  float* tile_acc = o.split_acc + static_cast<size_t>(work.slot) * work.parts * kTok * 256 + t;
   float* mine = tile_acc + static_cast<size_t>(work.part) * kTok * 256;
 #pragma unroll
   for (int j = 0; j < kTok / 2; ++j) {
@@ -548,14 +610,14 @@ __device__ __forceinline__ bool pf_split_fixup(float (&acc_a)[kTok / 2], float (
   named_barrier_sync(kPfSplitBarrier, 256);
   if (t == 0) *ring.arrived = atomicAdd(&o.split_count[work.slot], 1u);
   named_barrier_sync(kPfSplitBarrier, 256);
-  if (*ring.arrived != static_cast<uint32_t>(plan.parts - 1)) return false;
+  if (*ring.arrived != static_cast<uint32_t>(work.parts - 1)) return false;
   __threadfence();  // every other part's sums are read after its count
 #pragma unroll
   for (int j = 0; j < kTok / 2; ++j) {
     acc_a[j] = __ldcg(tile_acc + j * 256);
     acc_b[j] = __ldcg(tile_acc + (kTok / 2 + j) * 256);
   }
-  for (int part = 1; part < plan.parts; ++part) {
+  for (int part = 1; part < work.parts; ++part) {
     const float* p = tile_acc + static_cast<size_t>(part) * kTok * 256;
 #pragma unroll
     for (int j = 0; j < kTok / 2; ++j) {
@@ -576,22 +638,32 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
   using Geo = PfGeometry<kTok>;
   const PfRing ring = pf_ring<kTok>(dyn_smem);
   pf_init_barriers(ring, kTmaB ? 1u : 128u);
+  constexpr bool kClaim = prefill_claims(kGated, kTok);
+  static_assert(!(kClaim && kTmaB), "claimed items come from pf_producer's headers");
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     setmaxnreg_dec<Geo::kProducerRegs>();
     if constexpr (kTmaB) pf_producer_tma<kTok>(o, ring);
-    else pf_producer<kTok>(o, ring);
+    else pf_producer<kTok, kClaim>(o, ring);
     return;
   }
   setmaxnreg_inc<Geo::kConsumerRegs>();
   PfCursor cur;
-  const PfPlan plan = pf_plan<kTok>(o);
+  [[maybe_unused]] const PfPlan plan = kClaim ? PfPlan{} : pf_plan<kTok, false>(o);
   for (int item = blockIdx.x;; item += gridDim.x) {
-    const PfWork work = pf_work<kTok>(o, plan, item);
+    PfWork work;
+    if constexpr (kClaim) {
+      // The next item from its first chunk's header (pf_store_header); pf_mainloop's
+      // wait on the same phase then returns at once.
+      mbar_wait(&ring.full[cur.stage], cur.phase);
+      work = pf_load_header<kTok>(ring.stages + cur.stage * Geo::kStageBytes);
+    } else {
+      work = pf_work<kTok>(o, plan, item);
+    }
     if (work.tile.e < 0) break;
     float acc_a[kTok / 2], acc_b[kTok / 2];
     pf_mainloop<kGated, kTok>(acc_a, acc_b, o, work, ring, cur, wg - 1);
-    if (work.slot >= 0 && !pf_split_fixup<kTok>(acc_a, acc_b, o, plan, work, ring)) continue;
+    if (work.slot >= 0 && !pf_split_fixup<kTok>(acc_a, acc_b, o, work, ring)) continue;
     epilogue(acc_a, acc_b, work.tile, wg - 1, ring);
   }
 }

@@ -545,9 +545,9 @@ struct StageCase {
   int prefill_ctas = 0;     // > 0: MXMOE_PREFILL_CTAS (several tiles per CTA)
   int token_tile = 0;       // > 0: MXMOE_PREFILL_TOKEN_TILE (32 / 64 / 128), else the heuristic
   bool decode_only = false; // MXMOE_PREFILL=0: the decode / generic paths at this size
-  int split_gemm = 0;       // 1 / 2: MXMOE_PREFILL_CTAS picked so that this GEMM's last
-                            // wave splits: >= 2 tiles in >= 3 parts each
-                            // (heuristics.h pf_split_parts)
+  int split_gemm = 0;       // 1 / 2: MXMOE_PREFILL_CTAS picked so that this GEMM's tail
+                            // splits: >= 2 tiles in >= 3 parts each, after whole tiles
+                            // (heuristics.h pf_split)
   bool tiny_mid = false;    // x scaled 2^-64 (exact in BF16): intermediate blocks under
                             // scale byte 10, which GEMM2's staged rows do not take
   int decode_blocks = 0;    // > 0: MXMOE_DECODE_BLOCKS (the balanced decode GEMM1's grid,
@@ -645,8 +645,8 @@ StagedRow stage_row_model(const uint8_t* codes, const uint8_t* scale, const uint
   return r;
 }
 
-// Prefill GEMMs (GEMM1, GEMM2) of the stage cases whose launch split its last wave
-// (heuristics.h pf_split_parts), so that the test can tell it covered that path.
+// Prefill GEMMs (GEMM1, GEMM2) of the stage cases whose launch split its tail
+// (heuristics.h pf_split), so that the test can tell it covered that path.
 int g_split_launches = 0;
 
 // The tiles of a prefill GEMM with `rows` weight rows, for the 4 local experts' row
@@ -720,7 +720,8 @@ void run_gemm1_stage(const StageCase& sc) {
   const int tile = cd::prefill_tile_tokens(M, cfg.top_k, 4);
   if (sc.split_gemm > 0) {
     // The split GEMM's tiles from the routing's rows per local expert; the smallest CTA
-    // count whose last wave has >= 2 tiles, cut in >= 3 parts each.
+    // count whose tail has >= 2 tiles, cut in >= 3 parts each, after whole tiles (so the
+    // CTAs claim several whole tiles each, then parts).
     int count[4] = {0, 0, 0, 0};
     for (int32_t id : routing.ids)
       if (id >= 4) ++count[id - 4];
@@ -728,7 +729,8 @@ void run_gemm1_stage(const StageCase& sc) {
     const int kc = k_chunks(sc.split_gemm == 1 ? K : N);
     int g = 2;
     auto splits_well = [&](int ctas_try) {
-      return tiles % ctas_try >= 2 && cd::pf_split_parts(tiles, ctas_try, kc, tile) >= 3;
+      const cd::PfSplit split = cd::pf_split(cd::prefill_claims(sc.split_gemm == 1, tile), tiles, ctas_try, kc, tile);
+      return split.tiles >= 2 && split.parts >= 3 && split.tiles < tiles;
     };
     while (g < tiles && !splits_well(g)) ++g;
     ASSERT_LT(g, tiles) << "no CTA count splits this case's GEMM" << sc.split_gemm;
@@ -761,19 +763,22 @@ void run_gemm1_stage(const StageCase& sc) {
     uint32_t inexact = 0;
     std::memcpy(&inexact, wsh.data() + L.inexact, 4);
     EXPECT_EQ(inexact & cd::kInexactX, sc.tiny_block ? cd::kInexactX : 0u) << "x inexact bit";
-    // The split last wave (wgmma_mx.cuh pf_plan): every split tile's last part reset its
-    // counter, so GEMM2 and the next forward find them at zero; and whether this case's
-    // GEMMs split (the same function on the device counts).
-    for (int i = 0; i < cd::kPfSplitTiles; ++i) {
+    // The split tail (wgmma_mx.cuh pf_plan): every split tile's last part reset its
+    // counter, and GEMM1's last claim the item counter (pf_claim), so GEMM2 and the
+    // next forward find them at zero; and whether this case's GEMMs split (the
+    // same function on the device counts).
+    for (int i = 0; i <= cd::kPfSplitTiles; ++i) {
       uint32_t c = 0;
       std::memcpy(&c, wsh.data() + L.inexact + 4 * (1 + i), 4);
-      EXPECT_EQ(c, 0u) << "split counter " << i;
+      EXPECT_EQ(c, 0u) << (i < cd::kPfSplitTiles ? "split counter " : "item counter ") << i;
     }
     int count[4];
     std::memcpy(count, wsh.data() + L.counts, sizeof count);  // i32 per local expert
     // (GEMM2 runs generic when GEMM1 did, or when the intermediate could not be staged.)
-    if (!sc.tiny_block) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile) > 1;
-    if (!sc.tiny_block && !sc.tiny_mid) g_split_launches += cd::pf_split_parts(prefill_tiles(count, tile, K), ctas, k_chunks(N), tile) > 1;
+    if (!sc.tiny_block)
+      g_split_launches += cd::pf_split(cd::prefill_claims(true, tile), prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile).parts > 1;
+    if (!sc.tiny_block && !sc.tiny_mid)
+      g_split_launches += cd::pf_split(cd::prefill_claims(false, tile), prefill_tiles(count, tile, K), ctas, k_chunks(N), tile).parts > 1;
     // The staged x rows and their range factors, bit for bit against stage_row_model.
     const int64_t Kp = (K + 63) / 64 * 64;
     int64_t stage_bad = 0;
@@ -1044,8 +1049,10 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, false, false, 150, 128, 64, true, 0, 32},
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2, 64},
       {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3, 32},
-      // The split last wave (wgmma_mx.cuh pf_plan): GEMM1's or GEMM2's last tiles cut
-      // into >= 3 K ranges whose last part adds the others' sums (uneven ranges, K tail).
+      // The split tail (wgmma_mx.cuh pf_plan): GEMM1's or GEMM2's last tiles cut into >= 3
+      // K ranges whose last part adds the others' sums (uneven ranges, K tail); GEMM1 at
+      // the 32-token tile claims its items, so a few CTAs claim several whole tiles each,
+      // then the parts.
       {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 0, false, 1},
       {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
       {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
@@ -1063,7 +1070,7 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   }
   if (prefill_expected(300)) {
     EXPECT_GE(g_split_launches, 3) << "the split cases did not split";
-    std::printf("[ split    ] %d prefill GEMM launches split their last wave\n", g_split_launches);
+    std::printf("[ split    ] %d prefill GEMM launches split their tail\n", g_split_launches);
   }
 }
 

@@ -1,0 +1,80 @@
+// The CUDA engine's shape heuristics that are plain arithmetic (src/cuda/heuristics.h),
+// checked on the host: they run in CI, where no GPU is, while test_engine checks on the
+// H200 that the kernels follow them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "../../src/cuda/heuristics.h"
+
+namespace {
+
+namespace cd = mxmoe::cuda_detail;
+
+TEST(PrefillSplit, KimiShapesSplitAsPlanned) {
+  // GEMM1 (K = 3584: 56 chunks; 24 row blocks x 28 experts = 672 tiles) and GEMM2 (K =
+  // 3072: 48 chunks; 14 x 28 = 392 tiles) at one expert tile each.
+  EXPECT_TRUE(cd::prefill_claims(true, 32));  // GEMM1 at two CTAs per SM claims its items
+  EXPECT_FALSE(cd::prefill_claims(false, 32));
+  EXPECT_FALSE(cd::prefill_claims(true, 64));
+  EXPECT_FALSE(cd::prefill_claims(true, 128));
+  // Claimed: the CTAs' last round of claims is all quarter tiles.
+  const cd::PfSplit g1_32 = cd::pf_split(true, 672, 264, 56, 32);
+  EXPECT_EQ(g1_32.tiles, 66);
+  EXPECT_EQ(g1_32.parts, 4);
+  // Dealt: a last wave of rem <= G / 2 tiles, one part per CTA (at most 4).
+  const cd::PfSplit g1_128 = cd::pf_split(false, 672, 132, 56, 128);
+  EXPECT_EQ(g1_128.tiles, 12);
+  EXPECT_EQ(g1_128.parts, 4);
+  const cd::PfSplit g2_32 = cd::pf_split(false, 392, 264, 48, 32);
+  EXPECT_EQ(g2_32.tiles, 128);
+  EXPECT_EQ(g2_32.parts, 2);
+  const cd::PfSplit g2_128 = cd::pf_split(false, 392, 132, 48, 128);  // rem 128 of 132: whole
+  EXPECT_EQ(g2_128.parts, 1);
+  EXPECT_EQ(g2_128.tiles, 0);
+}
+
+TEST(PrefillSplit, TailFitsTheWorkspaceAndTheChunks) {
+  for (bool claimed : {false, true})
+    for (int tok : {32, 64, 128})
+      for (int ctas : {1, 2, 3, 7, 64, 132, 264, 1000})
+        for (int kc : {1, 4, 7, 8, 12, 16, 48, 56})
+          for (int tiles : {0, 1, 2, 5, 33, 66, 131, 672, 5000}) {
+            SCOPED_TRACE(testing::Message() << "claimed " << claimed << " tiles " << tiles << " ctas " << ctas
+                                            << " kc " << kc << " tok " << tok);
+            const cd::PfSplit split = cd::pf_split(claimed, tiles, ctas, kc, tok);
+            const int rem = ctas > 0 ? tiles % ctas : 0;
+            if (split.parts == 1) {
+              EXPECT_EQ(split.tiles, 0);
+              // Claimed: no split only where a part would hold fewer than the minimum of
+              // chunks. Dealt: also where the last wave is empty or over half the CTAs.
+              if (claimed && tiles > 0) EXPECT_LT(kc, 2 * cd::kPfMinSplitChunks);
+              if (!claimed && rem > 0 && 2 * rem <= ctas && tok == 32)
+                EXPECT_LT(kc, 2 * cd::kPfMinSplitChunks);
+              continue;
+            }
+            EXPECT_GE(split.parts, 2);
+            EXPECT_LE(split.parts, cd::kPfMaxSplitParts);
+            EXPECT_GE(kc / split.parts, cd::kPfMinSplitChunks);
+            EXPECT_GE(split.tiles, 1);
+            EXPECT_LE(split.tiles, std::min(tiles, cd::kPfSplitTiles));
+            // Every part's partial sums (256 threads x tok fp32) fit the split workspace.
+            const size_t capacity_parts = cd::kPfSplitBytes / (256 * sizeof(float) * tok);
+            EXPECT_LE(static_cast<size_t>(split.tiles) * split.parts, capacity_parts);
+            if (!claimed) {
+              // Dealt: exactly the last wave, one part per CTA.
+              EXPECT_EQ(split.tiles, rem);
+              EXPECT_LE(split.tiles * split.parts, ctas);
+              continue;
+            }
+            // Claimed: a last round of one part per CTA, unless the tiles or the workspace
+            // run out, and no more.
+            if (split.tiles < tiles && split.tiles < cd::kPfSplitTiles &&
+                static_cast<size_t>(split.tiles + 1) * split.parts <= capacity_parts)
+              EXPECT_GE(split.tiles * split.parts, ctas);
+            EXPECT_LT((split.tiles - 1) * split.parts, ctas);
+          }
+}
+
+}  // namespace
