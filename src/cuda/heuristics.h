@@ -349,9 +349,10 @@ MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; 
 /// pf_claim) instead of taking every G-th: GEMM1 (`gated`) at two CTAs per SM (the
 /// 32-token tile). There the CTA resident first on an SM runs a tile in ~41 us and its
 /// partner in ~61 (their warps' issue priority), so CTAs dealt equal work end ~40 us
-/// apart; claimed, a faster CTA takes more. Measured on the H200 (session 26, ncu, M=32):
-/// GEMM1 161 -> 150 us. GEMM2 measured slower claimed (72 -> 85 us at M=32, 139 -> 168 at
-/// M=128, one CTA per SM), the cause not found; it keeps the dealt schedule.
+/// apart; claimed, a faster CTA takes more. Measured on the H200 (session 26, run 7, ncu):
+/// GEMM1 at M=16 / 32 / 48 157 -> 146, 161 -> 151, 168 -> 172 us (M=48 not understood
+/// yet). GEMM2 measured slower claimed (72 -> 85 us at M=32, 139 -> 168 at M=128, one CTA
+/// per SM), the cause not found; it keeps the dealt schedule.
 MXMOE_HD constexpr bool prefill_claims(bool gated, int tok) { return gated && prefill_ctas_per_sm(tok) > 1; }
 
 /// The FP8 precision mode (config.precision fp8, sm_90a, wgmma_fp8.cuh) from
