@@ -112,8 +112,9 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
   uint32_t n = 0, published = 0;
   F8Cursor fill, pub;
+  PfWalk at;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti);
+    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
     const auto b_row = [&](int row) -> int64_t {  // staged row of tile row `row`, or -1
@@ -227,8 +228,9 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   }
   setmaxnreg_inc<kF8ConsumerRegs>();
   F8Cursor cur;
+  PfWalk at;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti);
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti, at);
     if (tile.e < 0) break;
     float acc[64];
     f8_mainloop(acc, ring, cur, o.groups, wg - 1);

@@ -131,16 +131,51 @@ void for_each_prefill_tile(F&& f) {
 struct PfTile {
   int e = -1, tt = 0, rb = 0;
 };
+/// Where a walk of the tile sequence stands: expert `e`, whose first tile is `first`. A
+/// role's items come in increasing tile order, so each search starts where the last ended.
+struct PfWalk {
+  int e = 0, first = 0;
+};
 /// Tile `i` of the sequence for kTok-token tiles (e = -1 past the end). Rows per expert
-/// come from the device.
+/// come from the device. Called by whole warps (all 32 lanes, the same arguments): the
+/// lanes read 32 experts' counts at once and scan their tile counts, so one load round
+/// trip covers 32 experts. One expert at a time, each step waited for its own load:
+/// ~3 us between items at Kimi's 28 experts (session 26 timeline), on the consumers'
+/// path and at every item of the producer. Starts at `at` (a tile before it: at expert
+/// 0) and moves it to tile i's expert.
 template <int kTok = kPfTokens>
-__device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i) {
-  for (int e = 0; e < num_local; ++e) {
-    const int n = (counts[e] + kTok - 1) / kTok * rb_count;
-    if (i < n) return PfTile{e, i / rb_count, i % rb_count};
-    i -= n;
+__device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i, PfWalk& at) {
+  constexpr uint32_t kWarp = 0xFFFFFFFFu;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (i < at.first) at = PfWalk{};
+  int base = at.first;  // tiles before expert e0
+  for (int e0 = at.e; e0 < num_local; e0 += 32) {
+    const int e = e0 + lane;
+    const int n = e < num_local ? (counts[e] + kTok - 1) / kTok * rb_count : 0;
+    int end = n;  // tiles of experts e0 .. e
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(kWarp, end, d);
+      if (lane >= d) end += v;
+    }
+    const uint32_t past = __ballot_sync(kWarp, i < base + end);
+    if (past != 0) {  // tile i's expert: the first whose tiles end past i
+      const int l = __ffs(past) - 1;
+      at = PfWalk{e0 + l, base + __shfl_sync(kWarp, end - n, l)};
+      const int k = i - at.first;
+      return PfTile{at.e, k / rb_count, k % rb_count};
+    }
+    base += __shfl_sync(kWarp, end, 31);
   }
   return PfTile{};
+}
+/// Tiles of the whole sequence (every lane of the warp gets the sum).
+template <int kTok = kPfTokens>
+__device__ __forceinline__ int pf_tile_count(const int32_t* counts, int num_local, int rb_count) {
+  int tiles = 0;
+  for (int e = static_cast<int>(threadIdx.x & 31); e < num_local; e += 32)
+    tiles += (counts[e] + kTok - 1) / kTok * rb_count;
+  return __reduce_add_sync(0xFFFFFFFFu, tiles);
 }
 
 /// The TMA tensor map of `count` staged BF16 rows `stride` elements apart (a multiple of
@@ -200,9 +235,7 @@ struct PfPlan {
 };
 template <int kTok, bool kClaim>
 __device__ __forceinline__ PfPlan pf_plan(const PfOperands& o) {
-  const int rb_count = o.rb_count();
-  int tiles = 0;
-  for (int e = 0; e < o.num_local; ++e) tiles += (o.counts[e] + kTok - 1) / kTok * rb_count;
+  const int tiles = pf_tile_count<kTok>(o.counts, o.num_local, o.rb_count());
   PfPlan plan{tiles, tiles, 1};
   if (o.split_acc != nullptr) {
     const PfSplit split = pf_split(kClaim, tiles, gridDim.x, o.kc_count, kTok);
@@ -234,7 +267,7 @@ struct PfWork {
 };
 static_assert(sizeof(PfWork) <= kPfHeaderBytes, "a stage's item header holds a PfWork");
 template <int kTok>
-__device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& plan, int item) {
+__device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& plan, int item, PfWalk& at) {
   PfWork w;
   int ti = item;
   w.kc_end = o.kc_count;
@@ -248,7 +281,7 @@ __device__ __forceinline__ PfWork pf_work(const PfOperands& o, const PfPlan& pla
     w.kc_begin = w.part * o.kc_count / plan.parts;
     w.kc_end = (w.part + 1) * o.kc_count / plan.parts;
   }
-  w.tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti);
+  w.tile = pf_tile<kTok>(o.counts, o.num_local, o.rb_count(), ti, at);
   return w;
 }
 
@@ -349,6 +382,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   uint32_t n = 0, published = 0;  // chunks filled, chunks published
   PfCursor fill, pub;              // where they are in the ring
   const PfPlan plan = pf_plan<kTok, kClaim>(o);
+  PfWalk at;  // this warp's place in the tile sequence
   for (uint32_t round = 0;; ++round) {
     int item = static_cast<int>(blockIdx.x + round * gridDim.x);
     if constexpr (kClaim) {
@@ -361,7 +395,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       named_barrier_sync(kPfProducerBarrier, 128);
       item = static_cast<int>(ring.claimed[round & 1u]);
     }
-    const PfWork work = pf_work<kTok>(o, plan, item);
+    const PfWork work = pf_work<kTok>(o, plan, item, at);
     const PfTile& t = work.tile;
     if (t.e < 0) {
       if constexpr (kClaim) {
@@ -443,8 +477,9 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
   uint32_t n = 0;  // chunks filled
   PfCursor fill;
   const PfPlan plan = pf_plan<kTok, false>(o);
+  PfWalk at;
   for (int item = blockIdx.x;; item += gridDim.x) {
-    const PfWork work = pf_work<kTok>(o, plan, item);
+    const PfWork work = pf_work<kTok>(o, plan, item, at);
     const PfTile& t = work.tile;
     if (t.e < 0) break;
     const int row0 = o.offsets[t.e] + t.tt * kTok;
@@ -650,6 +685,7 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
   setmaxnreg_inc<Geo::kConsumerRegs>();
   PfCursor cur;
   [[maybe_unused]] const PfPlan plan = kClaim ? PfPlan{} : pf_plan<kTok, false>(o);
+  [[maybe_unused]] PfWalk at;
   for (int item = blockIdx.x;; item += gridDim.x) {
     PfWork work;
     if constexpr (kClaim) {
@@ -658,7 +694,7 @@ __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, E
       mbar_wait(&ring.full[cur.stage], cur.phase);
       work = pf_load_header<kTok>(ring.stages + cur.stage * Geo::kStageBytes);
     } else {
-      work = pf_work<kTok>(o, plan, item);
+      work = pf_work<kTok>(o, plan, item, at);
     }
     if (work.tile.e < 0) break;
     float acc_a[kTok / 2], acc_b[kTok / 2];

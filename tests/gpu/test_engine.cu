@@ -1896,6 +1896,72 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
   }
 }
 
+// The prefill kernels find each item's tile by walking the local experts' row counts 32
+// at a time (wgmma_mx.cuh pf_tile), resuming where the last item's walk ended. 80 local
+// experts (three windows of 32, empty experts at the windows' edges), with the grid
+// shrunk so that every CTA walks through all three windows and tiles of 32 (claimed
+// items) and 128 (dealt): the exact prefill path against the float64 reference, and the
+// FP8 mode's kernels (their own loop over pf_tile) against theirs.
+TEST(Layer, PrefillPastThirtyTwoLocalExpertsMatchesReference) {
+  REQUIRE_FP8_MODE();  // an sm_90 GPU with this build's prefill kernels
+  MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  cfg.num_experts = 160;
+  cfg.ep_size = 2;
+  cfg.ep_rank = 1;  // local experts 80..159
+  const int64_t M = 160;
+  ASSERT_TRUE(prefill_expected(M));
+  std::vector<int32_t> used;
+  for (int32_t g = 0; g < cfg.num_experts; ++g)
+    if (g < 80 || (g - 80 != 3 && g - 80 != 31 && g - 80 != 32 && g - 80 != 33 && g - 80 != 64 && g - 80 != 79))
+      used.push_back(g);
+  const Routing r = random_routing(M, cfg.top_k, used, 4100, true);
+  int local_rows = 0, seen[80] = {};
+  for (int32_t id : r.ids)
+    if (id >= 80) ++local_rows, seen[id - 80] = 1;
+  ASSERT_GT(local_rows, 100);
+  ASSERT_TRUE(seen[30] && seen[34] && seen[63] && seen[78]) << "routing must reach every window";
+  // One eager forward with the prefill knobs set while it runs ("": the default).
+  auto run_with = [&](const MoeConfig& c, const ExpertWeights& w, const Activations& x, const Routing& rr,
+                      const char* tile, const char* ctas) {
+    if (*tile) setenv("MXMOE_PREFILL_TOKEN_TILE", tile, 1);
+    if (*ctas) setenv("MXMOE_PREFILL_CTAS", ctas, 1);
+    CudaMoeLayer layer(c, w);
+    CudaHostSession s(layer, M);
+    s.set_inputs(x, &rr, nullptr);
+    const Output o = s.run_eager();
+    unsetenv("MXMOE_PREFILL_TOKEN_TILE");
+    unsetenv("MXMOE_PREFILL_CTAS");
+    return o;
+  };
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 4200);
+  const Activations x = make_activations(M, cfg.hidden, 4300);
+  const ReferenceOut ref = reference_of(cfg, syn.weights, x, r);
+  const Tolerance tol = tolerance_for(cfg);
+  for (const char* tile : {"32", "128"})
+    for (const char* ctas : {"3", ""}) {  // 3 CTAs walk every window; "": the whole grid
+      SCOPED_TRACE(std::string("tile ") + tile + " ctas " + (*ctas ? ctas : "all"));
+      const Comparison c = compare_to(ref, cfg, run_with(cfg, syn.weights, x, r, tile, ctas));
+      EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine) && c.bound_violations == 0) << c.summary();
+    }
+  MoeConfig f8 = cfg;
+  f8.hidden = 384;
+  f8.intermediate = 2048;
+  f8.top_k = 16;
+  f8.precision = Precision::FP8;
+  ASSERT_TRUE(cd::use_fp8_prefill(M, true));
+  const Routing r8 = random_routing(M, f8.top_k, used, 4400, true);
+  const SyntheticLayer syn8 = make_synthetic_layer(f8, 4500);
+  const Activations x8 = make_activations(M, f8.hidden, 4600);
+  const ReferenceOut ref8 = reference_of(f8, syn8.weights, x8, r8);
+  const Tolerance tol8 = tolerance_for(f8);
+  for (const char* ctas : {"3", ""}) {
+    SCOPED_TRACE(std::string("fp8 mode, ctas ") + (*ctas ? ctas : "all"));
+    const Comparison c = compare_to(ref8, f8, run_with(f8, syn8.weights, x8, r8, "", ctas));
+    EXPECT_TRUE(c.pass(tol8.max_rel_l2, tol8.min_cosine)) << c.summary();
+    EXPECT_EQ(c.nonfinite, 0);
+  }
+}
+
 // Activations whose MX blocks inside each 128-group sit `spread` binades apart: the
 // re-expression is exact up to a spread of 3 for the whole E4M3 range of a block, then
 // drops low bits of the small blocks. Error against the reference, per spread, printed
