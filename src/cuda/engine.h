@@ -334,7 +334,7 @@ int prefill_ctas(int per_sm = 1);
 /// kBalancedMaxBlocks (or fewer with the test knob MXMOE_DECODE_BLOCKS).
 int decode_balanced_blocks(int blocks_per_sm);
 /// Token tile of an exact prefill launch: heuristics.h prefill_token_tile, or the test
-/// knob MXMOE_PREFILL_TOKEN_TILE = 32 / 64 / 128 (so that any problem runs any tile).
+/// knob MXMOE_PREFILL_TOKEN_TILE = 32 / 64 / 96 / 128 (so that any problem runs any tile).
 int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local);
 /// True when the current device runs this binary's sm_90a prefill kernels (an sm_90 GPU
 /// and a build with 90a; an sm_80 image would run there with empty prefill kernels).

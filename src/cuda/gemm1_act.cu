@@ -548,7 +548,7 @@ void launch_fast(const Gemm1Params& p, cudaStream_t stream) {
 // Registers cannot be indexed at run time, so the accumulators rotate instead: the two
 // blocks an iteration works on always sit in the same slots, and after the last iteration
 // acc_g is back in place, holding the activations (acc_u is spent). The exact path's
-// 128-token tile runs two such loops, one per half of the tile, each rotating only its
+// 96- and 128-token tiles run two such loops, one per half of the tile, each rotating only its
 // half: a rotation costs a move per slot it turns, 16 per activation over the whole tile
 // and 8 over a half.
 #if defined(MXMOE_SM90A)
@@ -640,11 +640,11 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
   const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
-  // 128-token tiles: one rolled loop per half of the tile (kHalf: its first block is
+  // 96- and 128-token tiles: one rolled loop per half of the tile (kHalf: its first block is
   // kHalf * kHalfBlocks). Smaller tiles keep one loop: their loops run 1 or 2 times, so
   // the second loop's code is fetched cold for every tile (M=32: GEMM1 +7%,
   // PERFORMANCE.md session 19), which costs more than the moves it saves.
-  constexpr int kHalves = kTok == 128 ? 2 : 1;
+  constexpr int kHalves = kTok >= 96 ? 2 : 1;
   constexpr int kHalfBlocks = kTok / 8 / kHalves;
   // The activations of token block j's column c (slot0: the block's first accumulator
   // slot in the loop's window), written back over the gate accumulators; returns their
@@ -674,14 +674,14 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
     if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
   };
-  // 128-token tiles skip per iteration, not per block: the iteration's activations then
+  // 96- and 128-token tiles skip per iteration, not per block: the iteration's activations then
   // form one branch-free stretch the compiler can interleave, and its shuffles follow
   // them (a skip, and each shuffle group's convergence check, ended a stretch). The cost:
-  // one block of padding in a tile whose rows end in an iteration's first block. This
-  // tile runs where experts average over 64 rows (heuristics.h prefill_token_tile), so
+  // one block of padding in a tile whose rows end in an iteration's first block. These
+  // tiles run where experts average over 64 rows (heuristics.h prefill_token_tile), so
   // such blocks are few. Smaller tiles keep the per-block skip: there most tiles hold
   // under 8 rows, and the second block is padding.
-  constexpr bool kSkipPerIteration = kTok == 128;
+  constexpr bool kSkipPerIteration = kTok >= 96;
   auto pass1_half = [&](auto half_c) {
     constexpr int kHalf = decltype(half_c)::value;
     constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;

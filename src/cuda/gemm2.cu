@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm)
   o.b_map = &ib_map;
   o.split_acc = p.split_acc;
   o.split_count = p.split_count;
-  pf_run<false, kTok, kTok == kPfTokens>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
+  pf_run<false, kTok, pf_tma_rows(kTok)>(o, pf_smem, [&](const float (&acc_a)[kTok / 2], const float (&acc_b)[kTok / 2],
                                       const PfTile& tile, int wg, const PfRing&) {
     const int rg = tile.rb * kPfRowGroups + 2 * wg;
     pf_store_y<kTok>(p, acc_a, rg, tile);
@@ -294,10 +294,10 @@ template <int kTok>
 void launch_prefill(const Gemm2Params& p, cudaStream_t stream) {
   MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_prefill_kernel<kTok>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, PfGeometry<kTok>::kSmemBytes));
-  // The 128-token tile's B chunks go through the TMA engine (wgmma_mx.cuh pf_producer_tma);
-  // the smaller tiles keep the cp.async producer, which was faster for them.
+  // The 96- and 128-token tiles' B chunks go through the TMA engine (wgmma_mx.cuh
+  // pf_producer_tma, pf_tma_rows).
   const CUtensorMap ib_map =
-      kTok == kPfTokens ? staged_rows_map(p.ib, p.tokens * p.top_k, p.ib_stride, kTok) : CUtensorMap{};
+      pf_tma_rows(kTok) ? staged_rows_map(p.ib, p.tokens * p.top_k, p.ib_stride, kTok) : CUtensorMap{};
   gemm2_prefill_kernel<kTok><<<prefill_ctas(PfGeometry<kTok>::kCtasPerSm), kPfThreads, PfGeometry<kTok>::kSmemBytes, stream>>>(p, ib_map);
   MXMOE_LAUNCH_CHECK("gemm2_prefill_kernel");
 }

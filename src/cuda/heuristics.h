@@ -267,7 +267,7 @@ inline constexpr uint8_t kPrefillMaxWeightScale = 128;
 inline bool use_prefill(int64_t tokens, bool capable) {
   return capable && tokens >= kPrefillMinTokens;
 }
-/// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64 or 128 tokens per tile
+/// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64, 96 or 128 tokens per tile
 /// (the wgmma N). A tile costs its weight decode whatever its N, and N's tensor time
 /// whether its rows hold tokens or padding: small tiles where experts hold few rows.
 /// Chosen from the rows a local expert would hold if every routed pair were local
@@ -278,9 +278,13 @@ inline bool use_prefill(int64_t tokens, bool capable) {
 /// M=512 2843 / 2007 / 1880.
 inline constexpr int64_t kPrefillTile32Rows = 32;
 inline constexpr int64_t kPrefillTile64Rows = 64;
+/// The 96-token tile up to 80 rows on average: Kimi's M=128 (73 rows; routed uniformly,
+/// the busiest of 28 experts holds about 85) pads its 128-token tiles by ~43%, and the
+/// wgmma time is N's. Above 80 rows more experts would exceed 96 and take two tiles.
+inline constexpr int64_t kPrefillTile96Rows = 80;
 inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
-  return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : 128;
+  return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : rows <= kPrefillTile96Rows ? 96 : 128;
 }
 /// Split tail of the exact prefill path (wgmma_mx.cuh pf_plan): the last `tiles` tiles of
 /// a launch's sequence are each cut into `parts` K ranges of at least kPfMinSplitChunks
@@ -344,6 +348,11 @@ MXMOE_HD PfSplit pf_split(bool claimed, int tiles, int ctas, int kc_count, int t
 /// 242.5, M=32 255.7 / 246.3, M=40 261.3 / 251.7, M=48 296.1 / 269.9, M=56 354.9 / 339.9;
 /// ncu at M=32 (run 3) GEMM2 75.7 / 72.8, GEMM1 163.0 / 161.3.
 MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; }
+
+/// Whether GEMM2's `tok`-token tiles take their B rows (contiguous) through the TMA engine
+/// (wgmma_mx.cuh pf_producer_tma): the 96- and 128-token tiles. The 32- and 64-token tiles
+/// keep the cp.async producer: TMA made gemm2_prefill<32> at M=32 86 -> 109 us (session 14).
+MXMOE_HD constexpr bool pf_tma_rows(int tok) { return tok >= 96; }
 
 /// Whether a prefill kernel's CTAs claim their items from a counter (wgmma_mx.cuh
 /// pf_claim) instead of taking every G-th: GEMM1 (`gated`) at two CTAs per SM (the

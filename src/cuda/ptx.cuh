@@ -263,7 +263,7 @@ __device__ __forceinline__ uint64_t smem_desc_k128(const void* p) {
   return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | (uint64_t{1024 >> 4} << 32) | (1ull << 62);
 }
 
-// The fp32 accumulator operands of an m64nN wgmma (N = 32, 64, 128: N / 2 registers),
+// The fp32 accumulator operands of an m64nN wgmma (N = 32, 64, 96, 128: N / 2 registers),
 // read and written ("+f") in the order of the D layout below: the register list of the
 // instruction (%0 .. %(N/2 - 1), first in the operand list) and the matching constraints,
 // built from 16-register pieces so that every wgmma wrapper shares them.
@@ -273,6 +273,7 @@ __device__ __forceinline__ uint64_t smem_desc_k128(const void* p) {
 #define MXMOE_WGMMA_R48_63 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define MXMOE_WGMMA_ACC16_REGS "{" MXMOE_WGMMA_R0_15 "}, "
 #define MXMOE_WGMMA_ACC32_REGS "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 "}, "
+#define MXMOE_WGMMA_ACC48_REGS "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 ", " MXMOE_WGMMA_R32_47 "}, "
 #define MXMOE_WGMMA_ACC64_REGS \
   "{" MXMOE_WGMMA_R0_15 ", " MXMOE_WGMMA_R16_31 ", " MXMOE_WGMMA_R32_47 ", " MXMOE_WGMMA_R48_63 "}, "
 #define MXMOE_WGMMA_F8(d, o)                                                                \
@@ -280,6 +281,7 @@ __device__ __forceinline__ uint64_t smem_desc_k128(const void* p) {
       "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
 #define MXMOE_WGMMA_ACC16(d) MXMOE_WGMMA_F8(d, 0), MXMOE_WGMMA_F8(d, 8)
 #define MXMOE_WGMMA_ACC32(d) MXMOE_WGMMA_ACC16(d), MXMOE_WGMMA_F8(d, 16), MXMOE_WGMMA_F8(d, 24)
+#define MXMOE_WGMMA_ACC48(d) MXMOE_WGMMA_ACC32(d), MXMOE_WGMMA_F8(d, 32), MXMOE_WGMMA_F8(d, 40)
 #define MXMOE_WGMMA_ACC64(d)                                                                \
   MXMOE_WGMMA_ACC32(d), MXMOE_WGMMA_F8(d, 32), MXMOE_WGMMA_F8(d, 40), MXMOE_WGMMA_F8(d, 48), \
       MXMOE_WGMMA_F8(d, 56)
@@ -300,7 +302,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 }
-/// The same for 32 and 64 tokens (the prefill path's small token tiles): D[64 x N] with
+/// The same for 32, 64 and 96 tokens (the prefill path's smaller token tiles): D[64 x N] with
 /// N / 2 accumulators per thread, in the layout above (j < N / 8).
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
@@ -310,6 +312,18 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
       "}\n"
       : MXMOE_WGMMA_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "memory");
+}
+/// 96 tokens (where experts hold 65-80 rows: a 128-token tile would be a third padding).
+__device__ __forceinline__ void wgmma_m64n96k16_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+      MXMOE_WGMMA_ACC48_REGS
+      "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n"
+      "}\n"
+      : MXMOE_WGMMA_ACC48(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 }
@@ -363,12 +377,15 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t des
       : "l"(desc_a), "l"(desc_b), "r"(1)
       : "memory");
 }
-/// wgmma_m64n{32,64,128}k16_rs by the accumulator count.
+/// wgmma_m64n{32,64,96,128}k16_rs by the accumulator count.
 __device__ __forceinline__ void wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
   wgmma_m64n32k16_rs(d, a, b);
 }
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   wgmma_m64n64k16_rs(d, a, b);
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n96k16_rs(d, a, b);
 }
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
   wgmma_m64n128k16_rs(d, a, b);

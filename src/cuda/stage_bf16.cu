@@ -191,7 +191,7 @@ int decode_balanced_blocks(int blocks_per_sm) {
 int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local) {
   if (const char* v = std::getenv("MXMOE_PREFILL_TOKEN_TILE")) {
     const int n = std::atoi(v);
-    if (n == 32 || n == 64 || n == 128) return n;
+    if (n == 32 || n == 64 || n == 96 || n == 128) return n;
   }
   return prefill_token_tile(tokens, top_k, num_local);
 }

@@ -37,7 +37,7 @@
 // for GEMM1 at two CTAs per SM its CTAs claim the items from a counter (pf_claim) and the
 // producer hands each to the consumers in the header of its first chunk's stage
 // (heuristics.h prefill_claims). The token tile kTok is 128,
-// or 64 / 32 where experts hold few rows (heuristics.h prefill_token_tile): the wgmma
+// or 96 / 64 / 32 where experts hold fewer rows (heuristics.h prefill_token_tile): the wgmma
 // N, the B rows copied and the epilogue's token blocks shrink with it, the weight decode
 // per chunk does not, so a small tile saves the tensor time of padding rows.
 #pragma once
@@ -111,21 +111,22 @@ inline void pf_check_registers(const void* kernel, const char* name) {
 inline constexpr uint32_t kPfSplitBarrier = 3;     // named barrier of the 256 consumer threads
 inline constexpr uint32_t kPfProducerBarrier = 4;  // named barrier of the 128 producer threads
 
-/// Calls f(std::integral_constant<int, kTok>{}) for a token tile `tile` of 32, 64 or 128
-/// (prefill_tile_tokens): the one place where the tile sizes meet the kernels'
+/// Calls f(std::integral_constant<int, kTok>{}) for a token tile `tile` of 32, 64, 96 or
+/// 128 (prefill_tile_tokens): the one place where the tile sizes meet the kernels'
 /// instantiations, shared by the GEMM1 and GEMM2 launchers.
 template <class F>
 void with_prefill_tile(int tile, F&& f) {
   switch (tile) {
     case 32: return f(std::integral_constant<int, 32>{});
     case 64: return f(std::integral_constant<int, 64>{});
+    case 96: return f(std::integral_constant<int, 96>{});
     default: return f(std::integral_constant<int, kPfTokens>{});
   }
 }
 /// with_prefill_tile for every token tile (the layer's register checks).
 template <class F>
 void for_each_prefill_tile(F&& f) {
-  for (int tile : {32, 64, kPfTokens}) with_prefill_tile(tile, f);
+  for (int tile : {32, 64, 96, kPfTokens}) with_prefill_tile(tile, f);
 }
 
 struct PfTile {

@@ -77,4 +77,19 @@ TEST(PrefillSplit, TailFitsTheWorkspaceAndTheChunks) {
           }
 }
 
+TEST(PrefillTokenTile, KimiShapesPickTheTileTheirRowsFill) {
+  // Rows per local expert if every routed pair were local: M x 16 / 28.
+  EXPECT_EQ(cd::prefill_token_tile(32, 16, 28), 32);   // 18 rows
+  EXPECT_EQ(cd::prefill_token_tile(56, 16, 28), 32);   // 32 rows
+  EXPECT_EQ(cd::prefill_token_tile(64, 16, 28), 64);   // 36 rows
+  EXPECT_EQ(cd::prefill_token_tile(112, 16, 28), 64);  // 64 rows
+  EXPECT_EQ(cd::prefill_token_tile(128, 16, 28), 96);  // 73 rows: the busiest expert ~85
+  EXPECT_EQ(cd::prefill_token_tile(140, 16, 28), 96);  // 80 rows
+  EXPECT_EQ(cd::prefill_token_tile(141, 16, 28), 96);  // 80.6 rows, rounded down
+  EXPECT_EQ(cd::prefill_token_tile(142, 16, 28), 128); // 81 rows
+  EXPECT_EQ(cd::prefill_token_tile(4096, 16, 28), 128);
+  EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 32);      // no local expert count: all rows
+  EXPECT_TRUE(cd::pf_tma_rows(96) && cd::pf_tma_rows(128) && !cd::pf_tma_rows(64) && !cd::pf_tma_rows(32));
+}
+
 }  // namespace

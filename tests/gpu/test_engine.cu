@@ -543,7 +543,7 @@ struct StageCase {
   int64_t M, K, N;
   bool tiny_block = false;  // token 1's first MX block scaled 2^-127: not exact in BF16
   int prefill_ctas = 0;     // > 0: MXMOE_PREFILL_CTAS (several tiles per CTA)
-  int token_tile = 0;       // > 0: MXMOE_PREFILL_TOKEN_TILE (32 / 64 / 128), else the heuristic
+  int token_tile = 0;       // > 0: MXMOE_PREFILL_TOKEN_TILE (32 / 64 / 96 / 128), else the heuristic
   bool decode_only = false; // MXMOE_PREFILL=0: the decode / generic paths at this size
   int split_gemm = 0;       // 1 / 2: MXMOE_PREFILL_CTAS picked so that this GEMM's tail
                             // splits: >= 2 tiles in >= 3 parts each, after whole tiles
@@ -1049,6 +1049,15 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, false, false, 150, 128, 64, true, 0, 32},
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2, 64},
       {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3, 32},
+      // The 96-token tile (wgmma N 96, 6 producer rows per thread, 12 epilogue token
+      // blocks, GEMM2's B rows by TMA boxes of 96): the same coverage.
+      {Activation::SiTU, true, true, false, 300, 128, 64, false, 0, 96},
+      {Activation::SwiGLU_OAI, true, true, true, 160, 96, 96, false, 0, 96},
+      {Activation::SiLU_Gated, false, false, false, 140, 64, 160, false, 0, 96},
+      {Activation::SiTU, false, true, false, 129, 192, 64, false, 0, 96},
+      {Activation::SiTU, true, false, false, 150, 128, 64, true, 0, 96},
+      {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2, 96},
+      {Activation::SwiGLU_OAI, true, true, true, 260, 1792, 128, false, 3, 96},
       // The split tail (wgmma_mx.cuh pf_plan): GEMM1's or GEMM2's last tiles cut into >= 3
       // K ranges whose last part adds the others' sums (uneven ranges, K tail); GEMM1 at
       // the 32-token tile claims its items, so a few CTAs claim several whole tiles each,
@@ -1056,6 +1065,8 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 0, false, 1},
       {Activation::SiTU, false, false, false, 150, 736, 512, false, 0, 32, false, 1},
       {Activation::SwiGLU_OAI, true, true, true, 200, 1024, 736, false, 0, 64, false, 2},
+      {Activation::SiTU, true, true, false, 300, 1152, 512, false, 0, 96, false, 1},
+      {Activation::SiTU, true, true, false, 200, 1024, 736, false, 0, 96, false, 2},
       {Activation::SiTU, true, true, false, 40, 160, 64},  // the heuristic's own tile at M=40
       {Activation::SiTU, true, true, false, 20, 160, 64},  // prefill from kPrefillMinTokens
   };
@@ -1900,7 +1911,7 @@ TEST(Fp8Mode, LayerWithinItsBoundOfTheReferenceAndExactBelowPrefill) {
 // at a time (wgmma_mx.cuh pf_tile), resuming where the last item's walk ended. 80 local
 // experts (three windows of 32, empty experts at the windows' edges), with the grid
 // shrunk so that every CTA walks through all three windows and tiles of 32 (claimed
-// items) and 128 (dealt): the exact prefill path against the float64 reference, and the
+// items), 96 and 128 (dealt): the exact prefill path against the float64 reference, and the
 // FP8 mode's kernels (their own loop over pf_tile) against theirs.
 TEST(Layer, PrefillPastThirtyTwoLocalExpertsMatchesReference) {
   REQUIRE_FP8_MODE();  // an sm_90 GPU with this build's prefill kernels
@@ -1937,7 +1948,7 @@ TEST(Layer, PrefillPastThirtyTwoLocalExpertsMatchesReference) {
   const Activations x = make_activations(M, cfg.hidden, 4300);
   const ReferenceOut ref = reference_of(cfg, syn.weights, x, r);
   const Tolerance tol = tolerance_for(cfg);
-  for (const char* tile : {"32", "128"})
+  for (const char* tile : {"32", "96", "128"})
     for (const char* ctas : {"3", ""}) {  // 3 CTAs walk every window; "": the whole grid
       SCOPED_TRACE(std::string("tile ") + tile + " ctas " + (*ctas ? ctas : "all"));
       const Comparison c = compare_to(ref, cfg, run_with(cfg, syn.weights, x, r, tile, ctas));
