@@ -269,22 +269,37 @@ inline bool use_prefill(int64_t tokens, bool capable) {
 }
 /// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64, 96 or 128 tokens per tile
 /// (the wgmma N). A tile costs its weight decode whatever its N, and N's tensor time
-/// whether its rows hold tokens or padding: small tiles where experts hold few rows.
+/// whether its rows hold tokens or padding: small tiles where experts hold few rows, and
+/// where an expert's rows would spill into one more large tile.
 /// Chosen from the rows a local expert would hold if every routed pair were local
-/// (tokens x top_k / num_local; the device counts are not known on the host). Measured
-/// on the H200 (graph, us, Kimi shapes, rows = M x 16 / 28), tiles 32 / 64 / 128:
-/// M=32 (18 rows) 371 / 418 / 551, M=48 (27) 419 / 441 / 573, M=64 (37) 575 / 458 / 590,
-/// M=96 (55) 691 / 535 / 633, M=128 (73) 888 / 767 / 670, M=256 (146) 1500 / 1196 / 1208,
-/// M=512 2843 / 2007 / 1880.
-inline constexpr int64_t kPrefillTile32Rows = 32;
-inline constexpr int64_t kPrefillTile64Rows = 64;
-/// The 96-token tile up to 80 rows on average: Kimi's M=128 (73 rows; routed uniformly,
-/// the busiest of 28 experts holds about 85) pads its 128-token tiles by ~43%, and the
-/// wgmma time is N's. Above 80 rows more experts would exceed 96 and take two tiles.
-inline constexpr int64_t kPrefillTile96Rows = 80;
+/// (tokens x top_k / num_local; the device counts are not known on the host), plus an
+/// eighth for the busier experts (routed uniformly, the busiest of Kimi's 28 holds 8 to
+/// 15% more than the mean at M = 128..512), as the tile whose count of tiles for those
+/// rows costs least (kPrefillTileCost): a tile count rule rather than thresholds. Kimi:
+/// 32 tokens up to M=52, 64 to 101, 96 to 152 (one tile where 128 would pad), 128 to 201,
+/// 96 again to 300 (two tiles where 128 also needs two, each dearer), then 128 but for
+/// narrow windows where 96's count of tiles is as small (M = 401..449, 998..1048).
+/// Measured on the H200 (graph, us, Kimi shapes, rows = M x 16 / 28), tiles 32 / 64 / 128
+/// (session 9): M=32 (18 rows) 371 / 418 / 551, M=48 (27) 419 / 441 / 573, M=64 (37) 575 /
+/// 458 / 590, M=96 (55) 691 / 535 / 633, M=128 (73) 888 / 767 / 670, M=256 (146) 1500 /
+/// 1196 / 1208, M=512 2843 / 2007 / 1880. Session 27, tiles 64 / 96 / 128: M=112 424 / 397 /
+/// 450, M=128 545 / 403 / 455, M=144 556 / 409 / 462, M=160 561 / 496 / 468, M=192 573 /
+/// 693 / 480, M=256 821 / 739 / 845, M=384 1098 / 1080 / 888, M=512 1384 / 1326 / 1278.
+inline constexpr int kPrefillTiles[] = {128, 96, 64, 32};
+/// What one tile of each size costs, us of the layer (same order as kPrefillTiles): session
+/// 27's graph times less the ~60 us the layer spends outside the GEMMs' tiles, where every
+/// expert takes one tile (M=160 at 128, 128 at 96, 64 at 64, 32 at 32) or two (M=256: 96
+/// adds 338, 128 adds 378).
+inline constexpr int kPrefillTileCost[] = {400, 340, 240, 170};
 inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
-  return rows <= kPrefillTile32Rows ? 32 : rows <= kPrefillTile64Rows ? 64 : rows <= kPrefillTile96Rows ? 96 : 128;
+  const int64_t busy = std::max<int64_t>(rows + rows / 8, 1);
+  int best = 0;
+  for (int i = 1; i < 4; ++i) {  // ties keep the larger tile
+    const auto cost = [&](int j) { return (busy + kPrefillTiles[j] - 1) / kPrefillTiles[j] * kPrefillTileCost[j]; };
+    if (cost(i) < cost(best)) best = i;
+  }
+  return kPrefillTiles[best];
 }
 /// Split tail of the exact prefill path (wgmma_mx.cuh pf_plan): the last `tiles` tiles of
 /// a launch's sequence are each cut into `parts` K ranges of at least kPfMinSplitChunks

@@ -315,7 +315,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
       : "memory");
 }
-/// 96 tokens (where experts hold 65-80 rows: a 128-token tile would be a third padding).
+/// 96 tokens (where the busier experts hold 65-96 rows, or 129-192: heuristics.h prefill_token_tile).
 __device__ __forceinline__ void wgmma_m64n96k16_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"

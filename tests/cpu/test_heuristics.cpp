@@ -77,18 +77,23 @@ TEST(PrefillSplit, TailFitsTheWorkspaceAndTheChunks) {
           }
 }
 
-TEST(PrefillTokenTile, KimiShapesPickTheTileTheirRowsFill) {
-  // Rows per local expert if every routed pair were local: M x 16 / 28.
-  EXPECT_EQ(cd::prefill_token_tile(32, 16, 28), 32);   // 18 rows
-  EXPECT_EQ(cd::prefill_token_tile(56, 16, 28), 32);   // 32 rows
-  EXPECT_EQ(cd::prefill_token_tile(64, 16, 28), 64);   // 36 rows
-  EXPECT_EQ(cd::prefill_token_tile(112, 16, 28), 64);  // 64 rows
-  EXPECT_EQ(cd::prefill_token_tile(128, 16, 28), 96);  // 73 rows: the busiest expert ~85
-  EXPECT_EQ(cd::prefill_token_tile(140, 16, 28), 96);  // 80 rows
-  EXPECT_EQ(cd::prefill_token_tile(141, 16, 28), 96);  // 80.6 rows, rounded down
-  EXPECT_EQ(cd::prefill_token_tile(142, 16, 28), 128); // 81 rows
+TEST(PrefillTokenTile, KimiShapesPickTheTileWhoseTilesCostLeast) {
+  // Rows per local expert if every routed pair were local: M x 16 / 28, plus an eighth.
+  EXPECT_EQ(cd::prefill_token_tile(32, 16, 28), 32);    // 18 rows: one tile of 32
+  EXPECT_EQ(cd::prefill_token_tile(52, 16, 28), 32);    // 29 + 3 = 32 rows
+  EXPECT_EQ(cd::prefill_token_tile(53, 16, 28), 64);    // 30 + 3 = 33: two of 32 cost more
+  EXPECT_EQ(cd::prefill_token_tile(101, 16, 28), 64);   // 57 + 7 = 64
+  EXPECT_EQ(cd::prefill_token_tile(102, 16, 28), 96);   // 58 + 7 = 65: one of 96, not two of 64
+  EXPECT_EQ(cd::prefill_token_tile(128, 16, 28), 96);   // 73 + 9 = 82
+  EXPECT_EQ(cd::prefill_token_tile(152, 16, 28), 96);   // 86 + 10 = 96
+  EXPECT_EQ(cd::prefill_token_tile(153, 16, 28), 128);  // 87 + 10 = 97: one of 128, not two of 96
+  EXPECT_EQ(cd::prefill_token_tile(201, 16, 28), 128);  // 114 + 14 = 128
+  EXPECT_EQ(cd::prefill_token_tile(256, 16, 28), 96);   // 146 + 18 = 164: two tiles either way
+  EXPECT_EQ(cd::prefill_token_tile(301, 16, 28), 128);  // 172 + 21 = 193: three of 96
+  EXPECT_EQ(cd::prefill_token_tile(512, 16, 28), 128);
   EXPECT_EQ(cd::prefill_token_tile(4096, 16, 28), 128);
-  EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 32);      // no local expert count: all rows
+  EXPECT_EQ(cd::prefill_token_tile(0, 16, 28), 32);     // no rows: the smallest tile
+  EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 64);       // no local expert count: all 32 rows, + 4
   EXPECT_TRUE(cd::pf_tma_rows(96) && cd::pf_tma_rows(128) && !cd::pf_tma_rows(64) && !cd::pf_tma_rows(32));
 }
 
