@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -270,34 +271,45 @@ inline bool use_prefill(int64_t tokens, bool capable) {
 /// Token tile of the exact prefill path (wgmma_mx.cuh): 32, 64, 96 or 128 tokens per tile
 /// (the wgmma N). A tile costs its weight decode whatever its N, and N's tensor time
 /// whether its rows hold tokens or padding: small tiles where experts hold few rows, and
-/// where an expert's rows would spill into one more large tile.
-/// Chosen from the rows a local expert would hold if every routed pair were local
-/// (tokens x top_k / num_local; the device counts are not known on the host), plus an
-/// eighth for the busier experts (routed uniformly, the busiest of Kimi's 28 holds 8 to
-/// 15% more than the mean at M = 128..512), as the tile whose count of tiles for those
-/// rows costs least (kPrefillTileCost): a tile count rule rather than thresholds. Kimi:
-/// 32 tokens up to M=52, 64 to 101, 96 to 152 (one tile where 128 would pad), 128 to 201,
-/// 96 again to 300 (two tiles where 128 also needs two, each dearer), then 128 but for
-/// narrow windows where 96's count of tiles is as small (M = 401..449, 998..1048).
-/// Measured on the H200 (graph, us, Kimi shapes, rows = M x 16 / 28), tiles 32 / 64 / 128
-/// (session 9): M=32 (18 rows) 371 / 418 / 551, M=48 (27) 419 / 441 / 573, M=64 (37) 575 /
-/// 458 / 590, M=96 (55) 691 / 535 / 633, M=128 (73) 888 / 767 / 670, M=256 (146) 1500 /
-/// 1196 / 1208, M=512 2843 / 2007 / 1880. Session 27, tiles 64 / 96 / 128: M=112 424 / 397 /
-/// 450, M=128 545 / 403 / 455, M=144 556 / 409 / 462, M=160 561 / 496 / 468, M=192 573 /
-/// 693 / 480, M=256 821 / 739 / 845, M=384 1098 / 1080 / 888, M=512 1384 / 1326 / 1278.
+/// a tile whose multiple fits the experts' rows where a larger one would take as many
+/// tiles, or pad one more. So the tile is the one whose expected count of tiles costs
+/// least (kPrefillTileCost): the rows a local expert would hold if every routed pair were
+/// local (tokens x top_k / num_local; the device counts are not known on the host), spread
+/// as uniform routing spreads them (binomial: variance rows x (1 - top_k / num_local)).
+/// Kimi (rows = M x 16 / 28): 32 tokens up to M=55, 64 to 110, 96 to 158, 128 to 224, 64
+/// to 237, 96 to 330, 128 to 451, 96 to 506, then 128.
+/// Measured on the H200 (graph, us, Kimi shapes), session 27, tiles 32 / 64: M=44 240 /
+/// 286, M=48 271 / 291, M=52 283 / 292, M=56 317 / 293, M=60 385 / 297; 64 / 96: M=96 334 /
+/// 386, M=100 349 / 387, M=104 378 / 389, M=108 386 / 394, M=112 423 / 397; 96 / 128: M=144
+/// 408 / 462, M=152 438 / 465, M=156 441 / 466, M=160 497 / 470, M=192 694 / 482, M=208
+/// 717 / 515, M=224 728 / 702, M=256 739 / 845 (64: 821), M=288 749 / 859, M=320 787 /
+/// 867, M=384 1080 / 888, M=416 1094 / 905, M=448 1107 / 1113, M=512 1326 / 1278, M=1024
+/// 2425 / 2156. (Until session 27, thresholds on the mean rows: 32, 64, then 128.)
 inline constexpr int kPrefillTiles[] = {128, 96, 64, 32};
-/// What one tile of each size costs, us of the layer (same order as kPrefillTiles): session
-/// 27's graph times less the ~60 us the layer spends outside the GEMMs' tiles, where every
-/// expert takes one tile (M=160 at 128, 128 at 96, 64 at 64, 32 at 32) or two (M=256: 96
-/// adds 338, 128 adds 378).
+/// What one tile of each size costs, us of the layer (the order of kPrefillTiles): session
+/// 27's graph times less the ~60 us the layer spends outside the GEMMs' tiles where about
+/// every expert takes one tile (M=160 at 128, 128 at 96, 64 at 64, 32 at 32), or two
+/// (M=256: 96 adds 338 us, 128 adds 378).
 inline constexpr int kPrefillTileCost[] = {400, 340, 240, 170};
+/// Expected tiles of `tile` rows for rows ~ normal(mean, sd): the sum over k of P(rows > k
+/// tile), at least one.
+inline double pf_expected_tiles(double mean, double sd, int tile) {
+  const double sure = std::floor(std::max(mean - 8 * sd, 0.0) / tile);  // P = 1 below
+  double tiles = sure;
+  for (double edge = sure * tile; edge < mean + 8 * sd; edge += tile)
+    tiles += sd > 0 ? 0.5 * std::erfc((edge + 0.5 - mean) / (sd * std::sqrt(2.0))) : 1.0;
+  return std::max(tiles, 1.0);
+}
 inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
-  const int64_t rows = num_local > 0 ? tokens * top_k / num_local : tokens * top_k;
-  const int64_t busy = std::max<int64_t>(rows + rows / 8, 1);
+  const double pairs = static_cast<double>(tokens) * static_cast<double>(top_k);
+  const double rows = num_local > 0 ? pairs / num_local : pairs;
+  const double spread = num_local > 0 ? std::max(1.0 - static_cast<double>(top_k) / num_local, 0.0) : 1.0;
+  const double sd = std::sqrt(rows * spread);
   int best = 0;
-  for (int i = 1; i < 4; ++i) {  // ties keep the larger tile
-    const auto cost = [&](int j) { return (busy + kPrefillTiles[j] - 1) / kPrefillTiles[j] * kPrefillTileCost[j]; };
-    if (cost(i) < cost(best)) best = i;
+  double best_cost = 0;
+  for (int i = 0; i < 4; ++i) {  // ties keep the larger tile
+    const double cost = pf_expected_tiles(rows, sd, kPrefillTiles[i]) * kPrefillTileCost[i];
+    if (i == 0 || cost < best_cost) best = i, best_cost = cost;
   }
   return kPrefillTiles[best];
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstddef>
 
 #include "../../src/cuda/heuristics.h"
@@ -77,23 +78,20 @@ TEST(PrefillSplit, TailFitsTheWorkspaceAndTheChunks) {
           }
 }
 
-TEST(PrefillTokenTile, KimiShapesPickTheTileWhoseTilesCostLeast) {
-  // Rows per local expert if every routed pair were local: M x 16 / 28, plus an eighth.
-  EXPECT_EQ(cd::prefill_token_tile(32, 16, 28), 32);    // 18 rows: one tile of 32
-  EXPECT_EQ(cd::prefill_token_tile(52, 16, 28), 32);    // 29 + 3 = 32 rows
-  EXPECT_EQ(cd::prefill_token_tile(53, 16, 28), 64);    // 30 + 3 = 33: two of 32 cost more
-  EXPECT_EQ(cd::prefill_token_tile(101, 16, 28), 64);   // 57 + 7 = 64
-  EXPECT_EQ(cd::prefill_token_tile(102, 16, 28), 96);   // 58 + 7 = 65: one of 96, not two of 64
-  EXPECT_EQ(cd::prefill_token_tile(128, 16, 28), 96);   // 73 + 9 = 82
-  EXPECT_EQ(cd::prefill_token_tile(152, 16, 28), 96);   // 86 + 10 = 96
-  EXPECT_EQ(cd::prefill_token_tile(153, 16, 28), 128);  // 87 + 10 = 97: one of 128, not two of 96
-  EXPECT_EQ(cd::prefill_token_tile(201, 16, 28), 128);  // 114 + 14 = 128
-  EXPECT_EQ(cd::prefill_token_tile(256, 16, 28), 96);   // 146 + 18 = 164: two tiles either way
-  EXPECT_EQ(cd::prefill_token_tile(301, 16, 28), 128);  // 172 + 21 = 193: three of 96
-  EXPECT_EQ(cd::prefill_token_tile(512, 16, 28), 128);
-  EXPECT_EQ(cd::prefill_token_tile(4096, 16, 28), 128);
-  EXPECT_EQ(cd::prefill_token_tile(0, 16, 28), 32);     // no rows: the smallest tile
-  EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 64);       // no local expert count: all 32 rows, + 4
+TEST(PrefillTokenTile, KimiShapesPickTheTileWhoseExpectedTilesCostLeast) {
+  // Rows per local expert if every routed pair were local: M x 16 / 28, spread binomially.
+  const std::pair<int64_t, int> kimi[] = {
+      {1, 32},    {55, 32},   {56, 64},   {110, 64},  {111, 96},  {128, 96},   {158, 96},
+      {159, 128}, {224, 128}, {225, 64},  {237, 64},  {238, 96},  {256, 96},   {330, 96},
+      {331, 128}, {451, 128}, {452, 96},  {506, 96},  {507, 128}, {1024, 128}, {4096, 128}};
+  for (const auto& [m, tile] : kimi) EXPECT_EQ(cd::prefill_token_tile(m, 16, 28), tile) << "M " << m;
+  EXPECT_EQ(cd::prefill_token_tile(0, 16, 28), 32);   // no rows: the smallest tile
+  EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 64);     // no local expert count: 32 rows, Poisson spread
+  EXPECT_EQ(cd::prefill_token_tile(40, 16, 8), 96);   // every expert routed: exactly 80 rows
+  EXPECT_EQ(cd::prefill_token_tile(1 << 24, 16, 28), 128);
+  EXPECT_NEAR(cd::pf_expected_tiles(100, 0, 96), 2.0, 1e-12);
+  EXPECT_NEAR(cd::pf_expected_tiles(96, 0, 96), 1.0, 1e-12);
+  EXPECT_NEAR(cd::pf_expected_tiles(96.5, 4, 96), 1.5, 1e-9);  // half the experts past 96
   EXPECT_TRUE(cd::pf_tma_rows(96) && cd::pf_tma_rows(128) && !cd::pf_tma_rows(64) && !cd::pf_tma_rows(32));
 }
 
