@@ -276,21 +276,23 @@ inline bool use_prefill(int64_t tokens, bool capable) {
 /// least (kPrefillTileCost): the rows a local expert would hold if every routed pair were
 /// local (tokens x top_k / num_local; the device counts are not known on the host), spread
 /// as uniform routing spreads them (binomial: variance rows x (1 - top_k / num_local)).
-/// Kimi (rows = M x 16 / 28): 32 tokens up to M=55, 64 to 110, 96 to 158, 128 to 224, 64
-/// to 237, 96 to 330, 128 to 451, 96 to 506, then 128.
+/// Kimi (rows = M x 16 / 28): 32 tokens up to M=54, 64 to 109, 96 to 159, 128 to 230, 96
+/// to 332, 128 to 448, 96 to 509, then 128.
 /// Measured on the H200 (graph, us, Kimi shapes), session 27, tiles 32 / 64: M=44 240 /
 /// 286, M=48 271 / 291, M=52 283 / 292, M=56 317 / 293, M=60 385 / 297; 64 / 96: M=96 334 /
 /// 386, M=100 349 / 387, M=104 378 / 389, M=108 386 / 394, M=112 423 / 397; 96 / 128: M=144
 /// 408 / 462, M=152 438 / 465, M=156 441 / 466, M=160 497 / 470, M=192 694 / 482, M=208
-/// 717 / 515, M=224 728 / 702, M=256 739 / 845 (64: 821), M=288 749 / 859, M=320 787 /
-/// 867, M=384 1080 / 888, M=416 1094 / 905, M=448 1107 / 1113, M=512 1326 / 1278, M=1024
-/// 2425 / 2156. (Until session 27, thresholds on the mean rows: 32, 64, then 128.)
+/// 717 / 515, M=224 728 / 702, M=228 722 / 686 (64: 706), M=232 726 / 766 (64: 755), M=256
+/// 739 / 845 (64: 821), M=288 749 / 859, M=320 787 / 867, M=328 858 / 868, M=336 919 /
+/// 874, M=384 1080 / 888, M=440 1090 / 1027, M=456 1103 / 1168, M=488 1187 / 1277, M=504
+/// 1282 / 1284, M=520 1380 / 1287, M=1024 2425 / 2156. (Until session 27, thresholds on the
+/// mean rows: 32, 64, then 128.)
 inline constexpr int kPrefillTiles[] = {128, 96, 64, 32};
-/// What one tile of each size costs, us of the layer (the order of kPrefillTiles): session
-/// 27's graph times less the ~60 us the layer spends outside the GEMMs' tiles where about
-/// every expert takes one tile (M=160 at 128, 128 at 96, 64 at 64, 32 at 32), or two
-/// (M=256: 96 adds 338 us, 128 adds 378).
-inline constexpr int kPrefillTileCost[] = {400, 340, 240, 170};
+/// What one tile of each size costs, us of the layer (the order of kPrefillTiles): a
+/// least-squares fit (relative error) of session 27's 114 graph times over tiles and M
+/// (layer = 43 us + expected tiles x cost), which then picks the fastest tile measured at
+/// every M but a tie (M=448: 96 / 128 1107 / 1113).
+inline constexpr int kPrefillTileCost[] = {420, 350, 262, 194};
 /// Expected tiles of `tile` rows for rows ~ normal(mean, sd): the sum over k of P(rows > k
 /// tile), at least one.
 inline double pf_expected_tiles(double mean, double sd, int tile) {

@@ -81,9 +81,9 @@ TEST(PrefillSplit, TailFitsTheWorkspaceAndTheChunks) {
 TEST(PrefillTokenTile, KimiShapesPickTheTileWhoseExpectedTilesCostLeast) {
   // Rows per local expert if every routed pair were local: M x 16 / 28, spread binomially.
   const std::pair<int64_t, int> kimi[] = {
-      {1, 32},    {55, 32},   {56, 64},   {110, 64},  {111, 96},  {128, 96},   {158, 96},
-      {159, 128}, {224, 128}, {225, 64},  {237, 64},  {238, 96},  {256, 96},   {330, 96},
-      {331, 128}, {451, 128}, {452, 96},  {506, 96},  {507, 128}, {1024, 128}, {4096, 128}};
+      {1, 32},    {54, 32},   {55, 64},   {109, 64},  {110, 96},  {128, 96},   {159, 96},
+      {160, 128}, {230, 128}, {231, 96},  {256, 96},  {332, 96},  {333, 128},  {448, 128},
+      {449, 96},  {509, 96},  {510, 128}, {1024, 128}, {4096, 128}};
   for (const auto& [m, tile] : kimi) EXPECT_EQ(cd::prefill_token_tile(m, 16, 28), tile) << "M " << m;
   EXPECT_EQ(cd::prefill_token_tile(0, 16, 28), 32);   // no rows: the smallest tile
   EXPECT_EQ(cd::prefill_token_tile(8, 4, 0), 64);     // no local expert count: 32 rows, Poisson spread
