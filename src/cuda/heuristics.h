@@ -259,8 +259,10 @@ inline constexpr int64_t kPrefillMinTokens = 16;
 /// FP8 mode: M=32 370 / 463, M=64 456 / 517, M=96 531 / 562, M=128 669 / 606, M=512
 /// 1872 / 1804: the FP8 kernels win from 128 tokens (the exact path's 128-token tile) and
 /// lose below it. (32 until session 9.) Session 9: M=127 673 (exact) / 607 (FP8 mode,
-/// session 8 binary): from 113 tokens (Kimi: rows per expert > 64) the exact path already
-/// takes its 128-token tile, so the switch belongs there (prefill_token_tile), a lead.
+/// session 8 binary): from 113 tokens (Kimi: rows per expert > 64) the exact path then
+/// took its 128-token tile, so the switch belonged there, a lead. Since session 27 the
+/// exact path takes 96 tokens at M=110..159 (prefill_token_tile; M=128 400 us, session 27
+/// run 4): the FP8 mode's M=128 against it is not measured.
 inline constexpr int64_t kFp8PrefillMinTokens = 128;
 inline constexpr uint8_t kPrefillMaxWeightScale = 128;
 /// The exact prefill path (in FP8 mode only below kFp8PrefillMinTokens: the caller asks
