@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
 #include <cstddef>
+#include <utility>
 
 #include "../../src/cuda/heuristics.h"
 
