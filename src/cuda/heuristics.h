@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 
 #include "mxmoe/formats.h"  // MXMOE_HD
@@ -297,6 +298,7 @@ inline constexpr int kPrefillTiles[] = {128, 96, 64, 32};
 /// (layer = 43 us + expected tiles x cost), which then picks the fastest tile measured at
 /// every M but a tie (M=448: 96 / 128 1107 / 1113).
 inline constexpr int kPrefillTileCost[] = {420, 350, 262, 194};
+static_assert(std::size(kPrefillTileCost) == std::size(kPrefillTiles), "a cost per tile");
 /// Expected tiles of `tile` rows for rows ~ normal(mean, sd): the sum over k of P(rows > k
 /// tile), at least one.
 inline double pf_expected_tiles(double mean, double sd, int tile) {
@@ -311,9 +313,9 @@ inline int prefill_token_tile(int64_t tokens, int64_t top_k, int num_local) {
   const double rows = num_local > 0 ? pairs / num_local : pairs;
   const double spread = num_local > 0 ? std::max(1.0 - static_cast<double>(top_k) / num_local, 0.0) : 1.0;
   const double sd = std::sqrt(rows * spread);
-  int best = 0;
+  size_t best = 0;
   double best_cost = 0;
-  for (int i = 0; i < 4; ++i) {  // ties keep the larger tile
+  for (size_t i = 0; i < std::size(kPrefillTiles); ++i) {  // ties keep the larger tile
     const double cost = pf_expected_tiles(rows, sd, kPrefillTiles[i]) * kPrefillTileCost[i];
     if (i == 0 || cost < best_cost) best = i, best_cost = cost;
   }
