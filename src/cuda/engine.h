@@ -235,6 +235,15 @@ struct Gemm1Params {
   Fp8MatView w13f8;
   const uint8_t* xf = nullptr;
   const float* xf_scale = nullptr;
+  /// Decode path at one token: launched as a programmatic dependent of the permutation's
+  /// prologue kernel (heuristics.h use_programmatic_gemm1). Its blocks start beside the
+  /// prologue, move their first weight chunks toward L2 if the routing ids (`ids`,
+  /// `tokens` x `top_k`, mapped by `expert_map` of `num_experts`) name their expert, and
+  /// wait for the prologue before reading its counts.
+  bool programmatic = false;
+  const int32_t* ids = nullptr;
+  const int32_t* expert_map = nullptr;
+  int num_experts = 0;
 };
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
 

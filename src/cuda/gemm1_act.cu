@@ -214,7 +214,6 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
     __syncthreads();
     stage_b_scales<BT>(s_rsc, valid, kbK, s_sx, s_back, s_mx);
     __syncthreads();
-    if (!active) pdl_allow_dependents();
     if (active) {
       float acc[4][NT][4];
 #pragma unroll
@@ -225,10 +224,6 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
       warp_mma_decode<NT, D>(special, false, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
                              [&](int i) { return s_row[i]; }, s_sx);
-      // GEMM2's decode blocks (programmatic dependents) may start once every block of
-      // this grid is past its mainloop or gone; earlier, they sat beside the running
-      // blocks waiting and slowed them (M=2..8: +20 us, session 8).
-      pdl_allow_dependents();
       // Epilogue operands, loaded only now so they hold no registers over the mainloop.
       const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rgc : nullptr;
@@ -257,6 +252,33 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fas
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_row[BT];
   __shared__ const uint8_t* s_rsc[BT];
+  if (p.programmatic) {
+    // Beside the prologue (Gemm1Params::programmatic): the first chunks of this block's
+    // weights toward L2 if a routing id names its expert, then the wait. The ids are
+    // complete: the routing kernel, if any, finished before the prologue began.
+    if (NT == 1 && p.tokens * p.top_k <= kG1HintMaxPairs) {
+      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+      const int64_t pairs = p.tokens * p.top_k;
+      const int32_t id = lane < pairs ? p.ids[lane] : -1;
+      const int local = id >= 0 && id < p.num_experts ? p.expert_map[id] : -1;
+      const int rg = blockIdx.x * kWarps + warp;
+      if (__any_sync(0xffffffffu, local == static_cast<int>(blockIdx.y)) && rg < p.w13.rg) {
+        const size_t g = static_cast<size_t>(blockIdx.y) * p.w13.rg + rg;
+        const char* wp = reinterpret_cast<const char*>(p.w13.packed + g * p.w13.kc * 4 * 32);
+        const char* ws = reinterpret_cast<const char*>(p.w13.scale) + g * p.w13.kc * 128;
+        const int chunks = min(D - 1, p.w13.kc);
+        for (int l = lane; l < chunks * 16; l += 32) prefetch_l2(wp + 128 * l);
+        if (lane < chunks) prefetch_l2(ws + 128 * lane);
+      }
+    }
+    pdl_wait_for_predecessor();
+  }
+  // GEMM2's decode blocks (programmatic dependents at one token: heuristics.h
+  // use_programmatic_launch) may start as soon as every block of this grid is past the
+  // wait above: the counts they read before their own wait are then complete. They take
+  // the slots of this grid's first blocks to finish and stream their weights while its
+  // last ones run (M=1: GEMM1's blocks end between 58 and 69 us, session 28's timeline).
+  pdl_allow_dependents();
   const int count = p.counts[blockIdx.y];
   // Not this launch's count class (or no rows): block-uniform.
   if (count <= p.fast.count_lo || count > p.fast.count_hi) return;
@@ -526,7 +548,8 @@ void launch_fast_t(const Gemm1Params& p, cudaStream_t stream) {
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-  gemm1_fast_kernel<NT, D, kFp8Inter, kAct><<<grid, kWarps * 32, smem, stream>>>(p);
+  launch_kernel(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>, grid, dim3(kWarps * 32), smem, stream, p.programmatic,
+                p);
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");
 }
 template <int NT, int D, bool kFp8Inter>
@@ -1008,6 +1031,7 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
       const FastClass& c = fast.c[i];
       Gemm1Params q = p;
       q.fast = FastLaunch{c.lo, c.hi, c.z};
+      q.programmatic = p.programmatic && i == 0;  // the next class follows this launch
       if (c.nt == 1 && c.depth == 4 && use_balanced(p.tokens)) {
         // 2..32 tokens: one class (plan_fast), every expert's 8-row tiles in one wave.
         if (p.inter_fp8) launch_balanced<4, true>(q, stream);

@@ -419,16 +419,35 @@ inline constexpr size_t kPrefillWordsBytes = sizeof(uint32_t) * (1 + kPfSplitTil
 
 /// Programmatic dependent launch on the decode path (sm_90 and later, `device_ok`; the
 /// test knob MXMOE_PDL=0 clears it at layer construction): GEMM2's decode kernel (one
-/// count class, right after GEMM1's decode kernel) and finalize start their blocks once
-/// every block of the previous kernel is past its mainloop, and wait (griddepcontrol.wait)
-/// before touching its results. Only when GEMM2 splits (gemm2_splits, M=1), where its grid
-/// exceeds one wave. Measured on the H200 (session 8, graph, us, PDL off / on, 3 rounds):
-/// M=1 116.5 / 114.4; M=2 156.7 / 165.2 (GEMM2's 392 blocks fit one wave, and started
-/// early they crowd the SMs GEMM1 frees first instead of spreading); M=4, 8, 12 equal.
-/// (With the trigger at block start instead, the early blocks waited beside GEMM1's
-/// running ones: M=2..8 +20 us.)
+/// count class, right after GEMM1's decode kernel) and finalize start their blocks before
+/// the previous kernel ends, and wait (griddepcontrol.wait) before touching its results.
+/// Only when GEMM2 splits (gemm2_splits, M=1), where its grid exceeds one wave. GEMM1's
+/// one-token kernel lets GEMM2 start once all its blocks have begun; GEMM2 lets finalize
+/// start after its mainloops. Measured on the H200 (session 8, graph, us, PDL off / on, 3
+/// rounds): M=1 116.5 / 114.4; M=2 156.7 / 165.2 (GEMM2's 392 blocks fit one wave, and
+/// started early they crowd the SMs GEMM1 frees first instead of spreading); M=4, 8, 12
+/// equal. (With the trigger at block start, at M=2..8 the early blocks waited beside
+/// GEMM1's running ones: +20 us.) At M=1 GEMM1's blocks fill every slot, so GEMM2's
+/// blocks only take the slots of GEMM1's first blocks to finish: triggered at GEMM1's
+/// block start instead of after its mainloop, M=1 111.9 -> 111.2 us (session 28, run 3,
+/// two rounds), -0.8 us beside use_programmatic_gemm1 too.
 inline bool use_programmatic_launch(bool device_ok, int gemm2_splits) {
   return device_ok && gemm2_splits > 1;
+}
+
+/// Most routed pairs for which GEMM1's one-token decode kernel reads the routing ids to
+/// find its expert before the prologue ends (one id per lane of a warp).
+inline constexpr int64_t kG1HintMaxPairs = 32;
+/// GEMM1 on the decode path as a programmatic dependent of the permutation's prologue
+/// (Gemm1Params::programmatic): its blocks start beside the one-block prologue instead of
+/// after it, and those whose expert a routing id names move their first weight chunks
+/// toward L2 before they wait. Only the one-token kernel (not the balanced one, `pairs` <=
+/// kG1HintMaxPairs). Measured on the H200 (session 28, run 3, graph, two rounds, us):
+/// M=1 112.4 / 111.9 -> 110.2 / 109.7. The balanced kernel (M=2..15) launched the same way
+/// without the hint (its units depend on the counts): M=8 -1.8 us, M=12 +2.5, the others
+/// within 0.6.
+inline bool use_programmatic_gemm1(bool device_ok, bool balanced, int64_t pairs) {
+  return device_ok && !balanced && pairs <= kG1HintMaxPairs;
 }
 
 /// Single-block permutation (one launch, fused with the activation quantization) when

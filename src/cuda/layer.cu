@@ -690,6 +690,12 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
   }
+  g1.programmatic = !prefill && !fp8 && use_programmatic_gemm1(s.programmatic_ok, balanced, M * k);
+  if (g1.programmatic) {
+    g1.ids = ids;
+    g1.expert_map = pp.expert_map;
+    g1.num_experts = static_cast<int>(cfg.num_experts);
+  }
   if (balanced) {
     g1.split_acc = reinterpret_cast<float*>(ws + L.balanced_acc);
     g1.split_count = pp.clear;

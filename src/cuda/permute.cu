@@ -20,6 +20,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
+#include "ptx.cuh"
 #include "quantize.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -202,6 +203,9 @@ struct QuantizeArgs {
 
 __global__ void __launch_bounds__(kSmallThreads) prologue_kernel(const PermuteParams p,
                                                                  const QuantizeArgs q) {
+  // GEMM1 may start its blocks now (a programmatic dependent on the decode path: it
+  // waits for this grid's completion before reading anything of it).
+  pdl_allow_dependents();
   clear_words(p);
   if (blockIdx.x == 0) {
     permute_small_block(p);

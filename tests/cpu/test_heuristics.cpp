@@ -95,4 +95,13 @@ TEST(PrefillTokenTile, KimiShapesPickTheTileWhoseExpectedTilesCostLeast) {
   EXPECT_TRUE(cd::pf_tma_rows(96) && cd::pf_tma_rows(128) && !cd::pf_tma_rows(64) && !cd::pf_tma_rows(32));
 }
 
+TEST(DecodeLaunch, GemmOneIsProgrammaticAtOneKimiTokenOnly) {
+  // Kimi (top-16, 28 local): one token is the one-token kernel; two and more the balanced one.
+  EXPECT_TRUE(cd::use_programmatic_gemm1(true, cd::use_balanced(1), 1 * 16));
+  EXPECT_FALSE(cd::use_programmatic_gemm1(true, cd::use_balanced(2), 2 * 16));
+  EXPECT_FALSE(cd::use_programmatic_gemm1(false, false, 16));  // before sm_90, or MXMOE_PDL=0
+  EXPECT_FALSE(cd::use_programmatic_gemm1(true, false, cd::kG1HintMaxPairs + 1));  // ids past a warp
+  EXPECT_TRUE(cd::use_programmatic_launch(true, 4) && !cd::use_programmatic_launch(true, 1));
+}
+
 }  // namespace
