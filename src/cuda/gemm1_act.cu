@@ -354,13 +354,12 @@ __device__ __forceinline__ bool balanced_fixup(float (&acc)[4][1][4], float* slo
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
     for (int j = 0; j < 4; ++j) __stcg(mine + (4 * mt + j) * 32, acc[mt][0][j]);
-  __threadfence();  // the sums are visible before the count that announces them
-  __syncwarp();
+  __syncwarp();  // the lanes' sums are ordered before lane 0's release
   uint32_t arrived = 0;
-  if (lane == 0) arrived = atomicAdd(count, 1u);
+  if (lane == 0) arrived = atomic_add_acq_rel_gpu(count, 1u);
+  __syncwarp();  // lane 0's acquire (the other part's sums) ordered before every lane's loads
   arrived = __shfl_sync(0xffffffffu, arrived, 0);
   if (arrived == 0) return false;
-  __threadfence();  // the other part's sums are read after its count
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt)
 #pragma unroll

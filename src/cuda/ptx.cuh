@@ -129,6 +129,19 @@ __device__ __forceinline__ void pdl_allow_dependents() {
 #endif
 }
 
+/// atomicAdd with acquire-release semantics at GPU scope. Release: the caller's earlier
+/// writes, and those a barrier ordered before this thread (bar.sync, bar.warp.sync), are
+/// visible to whoever acquires the new value. Acquire: the caller's later reads, and a
+/// barrier's other threads' after it, see what the earlier adders released. Why not
+/// __threadfence around a plain atomicAdd: that fence is sequentially consistent
+/// (MEMBAR.SC.GPU), and it waits for the thread's loads in flight as well, such as the
+/// next row group's weight copies the decode kernels issue just before.
+__device__ __forceinline__ uint32_t atomic_add_acq_rel_gpu(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 /// Named barrier over `threads` threads (a multiple of 32) of the block; id 0 is
 /// __syncthreads' barrier.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {

@@ -642,12 +642,12 @@ __device__ __forceinline__ bool pf_split_fixup(float (&acc_a)[kTok / 2], float (
     __stcg(mine + j * 256, acc_a[j]);
     __stcg(mine + (kTok / 2 + j) * 256, acc_b[j]);
   }
-  __threadfence();  // the sums are visible before the count that announces them
+  // The barrier orders the 256 threads' sums before thread 0's release; the second one
+  // orders its acquire (every other part's sums) before their loads.
   named_barrier_sync(kPfSplitBarrier, 256);
-  if (t == 0) *ring.arrived = atomicAdd(&o.split_count[work.slot], 1u);
+  if (t == 0) *ring.arrived = atomic_add_acq_rel_gpu(&o.split_count[work.slot], 1u);
   named_barrier_sync(kPfSplitBarrier, 256);
   if (*ring.arrived != static_cast<uint32_t>(work.parts - 1)) return false;
-  __threadfence();  // every other part's sums are read after its count
 #pragma unroll
   for (int j = 0; j < kTok / 2; ++j) {
     acc_a[j] = __ldcg(tile_acc + j * 256);
