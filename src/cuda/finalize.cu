@@ -47,9 +47,10 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
       w[i] = in ? wt[j0 + i] : 0.0f;
     }
   };
-  // The first batch's slots before the wait: pair_row and the routing weights were
-  // complete before GEMM1 began (a plain launch after the permutation), and this grid
-  // starts no earlier than GEMM2, which starts no earlier than GEMM1. y and the range
+  // The first batch's slots before the wait: pair_row and the routing weights are the
+  // prologue's and the routing's, complete once GEMM1 is (its blocks wait for the
+  // prologue), and this grid starts only once every GEMM2 block has let it or ended;
+  // GEMM2's block (0, 0, 0) lets it only after waiting for GEMM1. y and the range
   // factors are GEMM2's: read only after the wait.
   load_slots(0);
   // Every block waits (launch_finalize may make this grid a programmatic dependent of

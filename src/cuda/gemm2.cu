@@ -187,8 +187,10 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_rsc[BT];
   // As a programmatic dependent of GEMM1 (Gemm2Params::programmatic) the counts and
-  // offsets (the prologue's, finished before GEMM1 began) and the weights may be read
-  // at once; GEMM1's intermediate only after pdl_wait_for_predecessor.
+  // offsets and the weights may be read at once: this grid starts only once every GEMM1
+  // block has let it, and each does so after waiting for the prologue when it is a
+  // programmatic dependent itself (or began after it). GEMM1's intermediate only after
+  // pdl_wait_for_predecessor.
   const int count = p.counts[blockIdx.y];
   // Not this launch's count class (or no rows): block-uniform. Block (0, 0, 0) always
   // waits, so this grid's end implies GEMM1's (finalize relies on it).
