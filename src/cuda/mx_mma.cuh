@@ -322,7 +322,15 @@ struct FastRing {
 /// Shared-memory bytes of a block's rings (kWarps warps).
 template <int D>
 constexpr int fast_ring_bytes() { return kWarps * D * kFastStageBytes; }
-/// This warp's ring inside the block's ring area (16-byte aligned).
+/// This warp's ring inside the block's ring area. The decode kernels declare their dynamic
+/// shared memory (token scales, then the rings) `__align__(128)`, and a stage is 17 x 128
+/// bytes, so every stage starts on 128 bytes when the token scales' size (K x tile / 8
+/// bytes) is a multiple of 128, as at Kimi-K3's shapes. GEMM1's one-token kernel had
+/// 1216 bytes of static shared memory, which put its rings 64 bytes off: aligned, M=1 went
+/// 107.3 / 107.4 -> 103.4 / 103.2 us. A branch whose balanced kernel held 48 more bytes of
+/// state lost 14% at M=2 the same way, and the alignment gave it back (H200, session 29,
+/// runs 2-4).
+static_assert(kFastStageBytes % 128 == 0, "a ring stage keeps the next one on 128 bytes");
 template <int D>
 __device__ __forceinline__ FastRing<D> fast_ring_of_warp(void* ring_area) {
   const int warp = threadIdx.x >> 5;
