@@ -247,7 +247,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
 template <int NT, int D, bool kFp8Inter, int kAct>
 __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm1_fast_kernel(const Gemm1Params p) {
   constexpr int BT = 8 * NT;
-  extern __shared__ __align__(128) float s_sx[];  // [K/32][BT], then the warps' rings, 128-byte aligned (fast_ring_of_warp)
+  extern __shared__ __align__(128) float s_sx[];  // [K/32][BT], then the warps' rings; the region starts on 128 bytes (fast_ring_of_warp)
   __shared__ float s_back[BT];
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_row[BT];
@@ -393,7 +393,7 @@ struct BalancedState {
 template <int D, bool kFp8Inter, int kAct>
 __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_balanced_kernel(const Gemm1Params p) {
   constexpr int BT = 8;
-  extern __shared__ __align__(128) float s_sx[];  // [K/32][BT], then the warps' rings, 128-byte aligned (fast_ring_of_warp)
+  extern __shared__ __align__(128) float s_sx[];  // [K/32][BT], then the warps' rings; the region starts on 128 bytes (fast_ring_of_warp)
   __shared__ float s_back[BT];
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_row[BT];
