@@ -130,8 +130,11 @@ struct WorkspaceLayout {
   bool balanced = false;      // the decode path runs it at this size (the two buffers below
                               // exist; from kPrefillMinTokens beside the prefill path's, for
                               // devices or weights without that path)
-  size_t balanced_count = 0;  // u32 [kBalancedSlots], cleared by the permutation
+  size_t balanced_count = 0;  // u32 [kBalancedSlots], cleared by the permutation (right
+                              // after expert_ready, so one range clears both)
   size_t balanced_acc = 0;    // f32, kBalancedAccBytes: cut row groups' partial sums
+  size_t expert_ready = 0;  // u32 [E_local] decode path's per-expert counters
+                           // (heuristics.h use_expert_ready), cleared by the permutation
   size_t xb = 0;           // bf16 [M][Kp] staged x
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate (range factor 1)
@@ -244,6 +247,10 @@ struct Gemm1Params {
   const int32_t* ids = nullptr;
   const int32_t* expert_map = nullptr;
   int num_experts = 0;
+  /// Decode path (heuristics.h use_expert_ready): [num_local] counters, zero on entry;
+  /// each warp adds its stored 8-row tiles to its expert's (a release), so GEMM2 may start
+  /// on an expert once it reaches expert_ready_target. Null: no counting.
+  uint32_t* expert_ready = nullptr;
 };
 void launch_gemm1(const Gemm1Params& p, cudaStream_t stream);
 
@@ -283,6 +290,11 @@ struct Gemm2Params {
   Fp8MatView w2f8;
   const uint8_t* if8 = nullptr;
   const float* if8_scale = nullptr;
+  /// Decode path: GEMM1's expert-ready counters (Gemm1Params::expert_ready). Each block
+  /// waits for its expert's to reach expert_ready_target(ready_row_groups, rows) instead
+  /// of for GEMM1's whole grid. Null: the grid-wide wait.
+  const uint32_t* expert_ready = nullptr;
+  int ready_row_groups = 0;  // GEMM1's 64-row groups of W13 (its w13.rg)
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
 

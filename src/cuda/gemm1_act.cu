@@ -222,7 +222,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_decode<NT, D>(special, false, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
+      warp_mma_decode<NT, D, false>(special, false, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
                              [&](int i) { return s_row[i]; }, s_sx);
       // Epilogue operands, loaded only now so they hold no registers over the mainloop.
       const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
@@ -236,6 +236,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
           store_activated<NT, kFp8Inter, kAct>(p, acc, nt, c, s_back[nt * 8 + 2 * t + c], off + r,
                                                r < count, rg, bias, alpha, beta, limit);
         }
+      if (p.expert_ready != nullptr) expert_ready_signal(p.expert_ready + e, (valid + 7) / 8);
     }
     __syncthreads();  // the next tile rewrites the shared staging
   }
@@ -403,6 +404,9 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kbK = static_cast<int>(p.hidden / kMxBlock);
   const int kc = p.w13.kc, rgs = p.w13.rg;
+  // Under the expert-ready counters GEMM2's blocks wait per expert, so they may take the
+  // slots of this grid's first blocks to finish at once (the calls below then repeat it).
+  if (p.expert_ready != nullptr) pdl_allow_dependents();
   if (warp == 0) {
     const int units = count_units(p.counts, p.num_local);
     if (lane == 0) {
@@ -463,7 +467,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
         const int r = pos / kc, k0 = pos - r * kc;
         const size_t g = static_cast<size_t>(vs.expert) * rgs + r;
         const bool special = p.w13.special == nullptr || p.w13.special[g] != 0;
-        warp_mma_decode<1, D>(special, false, min(BT, vs.count - vs.tile * BT), acc,
+        warp_mma_decode<1, D, false>(special, false, min(BT, vs.count - vs.tile * BT), acc,
                               fast_ring_of_warp<D>(s_sx + kbK * BT), p.w13.packed + (g * kc + k0) * 4 * 32,
                               reinterpret_cast<const uint4*>(p.w13.scale) + (g * kc + k0) * 8, 0,
                               piece_end(k0, kc, hi - pos) - k0, kbK - 2 * k0,
@@ -503,6 +507,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
         store_activated<1, kFp8Inter, kAct>(p, acc, 0, c, s_back[2 * t + c], off + row, row < count, r,
                                             bias, alpha, beta, limit);
       }
+      if (p.expert_ready != nullptr) expert_ready_signal(p.expert_ready + e, 1);  // one 8-row tile
     }
     __syncthreads();  // every warp is done with the unit's staging and state
     if (threadIdx.x == 0) s_state.unit += balanced_block(s_state.units, gridDim.x, rgs, blockIdx.x).unit_stride;
@@ -1025,6 +1030,9 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
   }
   const FastPlan fast =
       p.prefill ? FastPlan{} : plan_fast(p.tokens, p.x_fp8, p.hidden / kMxBlock, FastGemm::kGemm1);
+  MXMOE_CHECK_ARG(p.expert_ready == nullptr || fast.ok, "Gemm1Params.expert_ready",
+                  "only the decode kernels count the expert-ready counters (heuristics.h "
+                  "use_expert_ready)");
   if (fast.ok) {
     for (int i = 0; i < fast.n; ++i) {
       const FastClass& c = fast.c[i];

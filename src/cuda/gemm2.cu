@@ -122,7 +122,13 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
     const int valid = min(BT, count - tile * BT);
     if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
-    pdl_wait_for_predecessor();  // GEMM1's intermediate and its scales are complete
+    // GEMM1's intermediate rows of this expert and their scales are complete: all of
+    // GEMM1, or under the expert-ready counters this expert's part (the barrier below
+    // orders the other threads' reads after thread 0's acquire).
+    if (p.expert_ready == nullptr)
+      pdl_wait_for_predecessor();
+    else if (threadIdx.x == 0)
+      expert_ready_wait(p.expert_ready + e, expert_ready_target(p.ready_row_groups, count));
     if (threadIdx.x < BT) {
       s_mx[threadIdx.x] = 0;
       s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
@@ -142,7 +148,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_decode<NT, D>(
+      warp_mma_decode<NT, D, true>(  // coherent B loads: GEMM1 may still be running
           special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
           [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
       pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
@@ -200,12 +206,17 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
   }
   const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.intermediate / kMxBlock) * BT);
   if constexpr (NT == 2) {
-    if (count <= 8) {
+    if (count <= 8)
       gemm2_fast_block<1, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
-      return;
-    }
+    else
+      gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+  } else {
+    gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
   }
-  gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+  // Under the expert-ready counters no block waited for GEMM1's grid: block (0, 0, 0)
+  // does so last, so that this grid's end still implies GEMM1's.
+  if (p.expert_ready != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+    pdl_wait_for_predecessor();
 }
 
 template <int NT, int D, bool kNarrow = false>
@@ -356,6 +367,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
   const FastPlan fast =
       p.prefill ? FastPlan{}
                 : plan_fast(p.tokens, p.inter_fp8, p.intermediate / kMxBlock, FastGemm::kGemm2);
+  MXMOE_CHECK_ARG(p.expert_ready == nullptr || (fast.ok && p.ready_row_groups > 0),
+                  "Gemm2Params.expert_ready", "only the decode kernels wait on the expert-ready "
+                  "counters, with GEMM1's row groups (heuristics.h use_expert_ready)");
   if (fast.ok) {
     const bool ok = p.splits == 1 || (p.splits > 1 && p.splits <= kGemm2MaxSplits &&
                                       p.bias == nullptr && p.back != nullptr);

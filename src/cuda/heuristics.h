@@ -431,8 +431,10 @@ inline constexpr size_t kPrefillWordsBytes = sizeof(uint32_t) * (1 + kPfSplitTil
 /// blocks only take the slots of GEMM1's first blocks to finish: triggered at GEMM1's
 /// block start instead of after its mainloop, M=1 111.9 -> 111.2 us (session 28, run 3,
 /// two rounds), -0.8 us beside use_programmatic_gemm1 too.
-inline bool use_programmatic_launch(bool device_ok, int gemm2_splits) {
-  return device_ok && gemm2_splits > 1;
+/// Also whenever GEMM2 waits on the expert-ready counters (use_expert_ready): its blocks
+/// then start work on the experts GEMM1 has finished while GEMM1's last blocks run.
+inline bool use_programmatic_launch(bool device_ok, int gemm2_splits, bool expert_ready = false) {
+  return device_ok && (gemm2_splits > 1 || expert_ready);
 }
 
 /// Most routed pairs for which GEMM1's one-token decode kernel reads the routing ids to
@@ -448,6 +450,30 @@ inline constexpr int64_t kG1HintMaxPairs = 32;
 /// within 0.6.
 inline bool use_programmatic_gemm1(bool device_ok, bool balanced, int64_t pairs) {
   return device_ok && !balanced && pairs <= kG1HintMaxPairs;
+}
+
+/// Expert-ready counters on the decode path (Gemm1Params / Gemm2Params::expert_ready; one
+/// u32 per local expert, cleared by the permutation each forward). Each GEMM1 warp, once
+/// its row group of a token tile is stored, adds the tile's 8-row tiles to its expert's
+/// counter (a release); GEMM2's blocks wait for their own expert's counter to reach
+/// expert_ready_target (an acquire) instead of for all of GEMM1 (griddepcontrol.wait).
+/// GEMM2 then streams the weights of the experts GEMM1 has finished while GEMM1's last
+/// blocks still run: at M=1 GEMM1's blocks end between 58 and 69 us and GEMM2's waited
+/// for the last (session 28's timeline).
+/// Only with programmatic launches (before them GEMM2 starts after GEMM1 anyway), and only
+/// when both GEMMs run their decode kernels: the generic kernels do not count, and GEMM2
+/// would wait forever. `mode` is the test knob MXMOE_READY (0 off, 1 one token, 2 every
+/// decode size; default 1).
+enum class ReadyMode : int { kOff = 0, kOneToken = 1, kDecode = 2 };
+inline bool use_expert_ready(ReadyMode mode, bool device_ok, int64_t tokens, bool gemm1_decode,
+                             bool gemm2_decode) {
+  if (!device_ok || !gemm1_decode || !gemm2_decode) return false;
+  return mode == ReadyMode::kDecode || (mode == ReadyMode::kOneToken && tokens == 1);
+}
+/// The count GEMM1 leaves in an expert's ready counter once all of its `rows` are stored:
+/// every one of the `row_groups` (GEMM1's 64-row groups of W13) over every 8-row tile.
+MXMOE_HD uint32_t expert_ready_target(int row_groups, int rows) {
+  return static_cast<uint32_t>(row_groups) * static_cast<uint32_t>((rows + 7) / 8);
 }
 
 /// Single-block permutation (one launch, fused with the activation quantization) when

@@ -303,8 +303,11 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     l.ib = take(pairs * Np * 2);
   }
   l.balanced = fp8_in && use_balanced(tokens);
+  // The decode path's per-forward counters, in one range the permutation clears: the
+  // expert-ready counters, then the balanced kernel's.
+  l.expert_ready = take(sizeof(uint32_t) * (el + (l.balanced ? kBalancedSlots : 0)));
   if (l.balanced) {
-    l.balanced_count = take(sizeof(uint32_t) * kBalancedSlots);
+    l.balanced_count = l.expert_ready + sizeof(uint32_t) * el;
     l.balanced_acc = take(kBalancedAccBytes);
   }
   l.total = align256(off);
@@ -333,6 +336,7 @@ struct CudaMoeLayer::Impl {
   TiledDims d13, d2;
   bool prefill_ok = false;  // heuristics.h use_prefill: sm_90a kernels and weight scales
   bool programmatic_ok = false;  // sm_90+, MXMOE_PDL not 0 (heuristics.h use_programmatic_launch)
+  ReadyMode ready_mode = ReadyMode::kOneToken;  // MXMOE_READY (heuristics.h use_expert_ready)
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
@@ -425,6 +429,9 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   }
   // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
+  // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
+  if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
+    s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
   if (cfg.precision == Precision::FP8) {
     if (prop.major != 9 || !prefill_kernels_available())
       throw Unsupported(detail::cat("config.precision fp8: needs Hopper (sm_90) and this build's "
@@ -614,12 +621,10 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
-  // The balanced decode GEMM1's counters (its sizes on the decode path only: from
-  // kPrefillMinTokens the layout holds the prefill path's buffers too).
-  if (balanced) {
-    pp.clear = reinterpret_cast<uint32_t*>(ws + L.balanced_count);
-    pp.clear_words = kBalancedSlots;
-  }
+  // The expert-ready counters, then the balanced decode GEMM1's (its sizes on the decode
+  // path only: from kPrefillMinTokens the layout holds the prefill path's buffers too).
+  pp.clear = reinterpret_cast<uint32_t*>(ws + L.expert_ready);
+  pp.clear_words = pp.num_local + (balanced ? kBalancedSlots : 0);
   if (quantize) {
     launch_quantize_permute(pp, static_cast<const uint16_t*>(args.x), K, cfg.scale_rule, q, qs, st);
     x = q;
@@ -698,8 +703,15 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
   if (balanced) {
     g1.split_acc = reinterpret_cast<float*>(ws + L.balanced_acc);
-    g1.split_count = pp.clear;
+    g1.split_count = reinterpret_cast<uint32_t*>(ws + L.balanced_count);
   }
+  // GEMM2's blocks wait per expert (heuristics.h use_expert_ready).
+  const bool expert_ready =
+      !prefill && !fp8 &&
+      use_expert_ready(s.ready_mode, s.programmatic_ok, M,
+                       plan_fast(M, x_fp8, K / kMxBlock, FastGemm::kGemm1).ok,
+                       plan_fast(M, mid_fp8, N / kMxBlock, FastGemm::kGemm2).ok);
+  if (expert_ready) g1.expert_ready = pp.clear;
   launch_gemm1(g1, st);
 
   Gemm2Params g2;
@@ -724,7 +736,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   g2.back = L.gemm2_splits > 1 ? reinterpret_cast<float*>(ws + L.back) : nullptr;
   // The decode kernel right after GEMM1 (launch_gemm2; the FP8 path stages the
   // intermediate in between).
-  g2.programmatic = !prefill && !fp8 && use_programmatic_launch(s.programmatic_ok, L.gemm2_splits);
+  g2.programmatic = !prefill && !fp8 && use_programmatic_launch(s.programmatic_ok, L.gemm2_splits, expert_ready);
+  g2.expert_ready = g1.expert_ready;
+  g2.ready_row_groups = g1.w13.rg;
   if (prefill) {
     g2.prefill = true;
     g2.splits = 1;  // the decode path's split reduction (WorkspaceLayout) does not apply

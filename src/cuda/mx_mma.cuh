@@ -415,7 +415,7 @@ __device__ __forceinline__ void fast_fold(float (&acc)[NT][4], const float (&par
 ///   factor (b_row_range), so one fma folds each MX block exactly as warp_mma_mx does.
 ///   kSpecial: the row group holds weight scale bytes 0 or 0xFF (exact e8m0_f); else the
 ///   two-op conversion. Both give the same float for bytes 1..254.
-template <int NT, int D, bool kSpecial, bool kNarrow>
+template <int NT, int D, bool kSpecial, bool kNarrow, bool kCoherentB>
 __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
@@ -446,7 +446,7 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
         const uint8_t* at = b_lane[nt] + static_cast<uint32_t>(kc) * 64u;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          ldg_nc_u2_if(b_lane[nt] != nullptr && 2 * kc + h < kb_count, at + 32 * h, b[nt][h]);
+          ldg_u2_if<kCoherentB>(b_lane[nt] != nullptr && 2 * kc + h < kb_count, at + 32 * h, b[nt][h]);
       }
   };
   load_b(b_cur, kc_begin);
@@ -531,7 +531,7 @@ __device__ __forceinline__ void warp_mma_fast(float (&acc)[4][NT][4], const Fast
 
 /// warp_mma_fast with the weight-scale path picked per row group and the token-scale form
 /// per tile (stage_b_scales), both warp-uniform.
-template <int NT, int D>
+template <int NT, int D, bool kCoherentB>
 __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, float (&acc)[4][NT][4],
                                                   const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
@@ -539,7 +539,7 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, flo
                                                   const uint8_t* const (&brow)[NT],
                                                   const float* s_sx, int nt_used) {
   auto run = [&](auto special_c, auto narrow_c) {
-    warp_mma_fast<NT, D, decltype(special_c)::value, decltype(narrow_c)::value>(
+    warp_mma_fast<NT, D, decltype(special_c)::value, decltype(narrow_c)::value, kCoherentB>(
         acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx, nt_used);
   };
   if (narrow) {
@@ -576,7 +576,7 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, flo
 /// M=2 163 -> 158 us, M=4 204 -> 194, M=8 230 -> 220 (with fp4x8_to_f16_mul), M=1 equal.
 ///   acc[mt][.]: per-lane partial sums, zero on entry; warp_reduce_diag finishes them;
 ///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]).
-template <int R, int D, bool kSpecial>
+template <int R, int D, bool kSpecial, bool kCoherentB>
 __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
@@ -619,7 +619,7 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
   // samples at M=1, 9% at M=4).
   auto load_b = [&](int kb) {
     uint2 v = make_uint2(0u, 0u);
-    ldg_nc_u2_if(brow != nullptr && kb < kb_end, brow + kb * 32 + 8 * t, v);
+    ldg_u2_if<kCoherentB>(brow != nullptr && kb < kb_end, brow + kb * 32 + 8 * t, v);
     return v;
   };
   uint2 b_next = load_b(2 * kc_begin + b_slot);
@@ -744,22 +744,24 @@ __device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
 
 /// warp_mma_diag with the scale path picked per row group (warp-uniform), then
 /// warp_reduce_diag.
-template <int R, int D>
+template <int R, int D, bool kCoherentB>
 __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][4],
                                                   const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
                                                   int kc_end, int kb_count, const uint8_t* brow,
                                                   const float* s_sx) {
-  if (special) warp_mma_diag<R, D, true>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-  else warp_mma_diag<R, D, false>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  if (special) warp_mma_diag<R, D, true, kCoherentB>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  else warp_mma_diag<R, D, false, kCoherentB>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
   warp_reduce_diag<R>(acc);
 }
 
 /// The decode mainloop for one token tile of `valid` rows: warp_mma_diag when the tile
 /// holds at most 4 rows (NT == 1; its scales always in the wide form), else warp_mma_fast
 /// in the form stage_b_scales chose (`narrow`); `row_of(i)` is the E4M3 row of token i of
-/// the tile (or null). acc must be zero on entry.
-template <int NT, int D, typename RowOf>
+/// the tile (or null). acc must be zero on entry. kCoherentB: B may have been written
+/// while this kernel runs (GEMM2 under the expert-ready counters): plain loads instead of
+/// the read-only path (ptx.cuh ldg_u2_if).
+template <int NT, int D, bool kCoherentB, typename RowOf>
 __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int valid, float (&acc)[4][NT][4],
                                                 const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                 const uint4* __restrict__ ws4, int kc_begin,
@@ -776,9 +778,9 @@ __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int v
       // R = rows rounded up to a power of two; the row pointer of token g % R.
       const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
       const uint8_t* brow = (g % R) < valid ? row_of(g % R) : nullptr;
-      if (R == 1) warp_mma_diag_any<1, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-      else if (R == 2) warp_mma_diag_any<2, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-      else warp_mma_diag_any<4, D>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      if (R == 1) warp_mma_diag_any<1, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      else if (R == 2) warp_mma_diag_any<2, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      else warp_mma_diag_any<4, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -789,8 +791,27 @@ __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int v
   const uint8_t* brow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
-  warp_mma_fast_any<NT, D>(special, narrow, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow,
+  warp_mma_fast_any<NT, D, kCoherentB>(special, narrow, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow,
                            s_sx, (valid + 7) / 8);
+}
+
+/// GEMM1's side of the expert-ready counters (heuristics.h use_expert_ready), after a
+/// warp's epilogue stores: the warp barrier orders every lane's stores before lane 0's
+/// release, which adds the warp's stored 8-row tiles to its expert's counter.
+__device__ __forceinline__ void expert_ready_signal(uint32_t* counter, int tiles) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) red_add_release_gpu(counter, static_cast<uint32_t>(tiles));
+}
+/// GEMM2's side, in one thread of the block (a __syncthreads must follow before the
+/// others read the intermediate): waits until the counter reaches `target`. GEMM2's grid
+/// starts only once every GEMM1 block is resident, so the counts always arrive; the
+/// bound (seconds) turns a counting bug into a launch failure instead of a hang.
+inline constexpr uint32_t kExpertReadyMaxPolls = 1u << 24;
+__device__ __forceinline__ void expert_ready_wait(const uint32_t* counter, uint32_t target) {
+  for (uint32_t polls = 0; ld_acquire_gpu(counter) < target; ++polls) {
+    if (polls == kExpertReadyMaxPolls) __trap();
+    __nanosleep(256);
+  }
 }
 
 /// Whether a tile of `valid` rows may take stage_b_scales' narrow form: only

@@ -54,6 +54,23 @@ __device__ __forceinline__ void ldg_nc_u2_if(bool pred, const void* p, uint2& v)
       : "r"(static_cast<uint32_t>(pred)), "l"(p));
 }
 
+/// ldg_nc_u2_if (kCoherent false), or the same through a plain global load (kCoherent):
+/// for data another kernel may still be writing while this one runs (GEMM2's intermediate
+/// under the expert-ready counters). The read-only path is not coherent with writes made
+/// during the kernel's lifetime; a plain load after an acquire sees them.
+template <bool kCoherent>
+__device__ __forceinline__ void ldg_u2_if(bool pred, const void* p, uint2& v) {
+  if constexpr (kCoherent) {
+    asm volatile(
+        "{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n"
+        "@q ld.global.v2.u32 {%0, %1}, [%3];\n}\n"
+        : "+r"(v.x), "+r"(v.y)
+        : "r"(static_cast<uint32_t>(pred)), "l"(p));
+  } else {
+    ldg_nc_u2_if(pred, p, v);
+  }
+}
+
 /// 16-byte read-only load into v[0..3] when `pred` holds (else they keep their values),
 /// predicated like ldg_nc_u2_if, so no move right after it waits for the load.
 __device__ __forceinline__ void ldg_nc_u4_if(bool pred, const void* p, uint32_t (&v)[4]) {
@@ -140,6 +157,20 @@ __device__ __forceinline__ uint32_t atomic_add_acq_rel_gpu(uint32_t* p, uint32_t
   uint32_t old;
   asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
+}
+
+/// red.add with release semantics at GPU scope (no value returned): the caller's earlier
+/// writes, and those a barrier ordered before this thread, are visible to whoever
+/// acquires a value at least this sum (ld_acquire_gpu).
+__device__ __forceinline__ void red_add_release_gpu(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+/// Load with acquire semantics at GPU scope: the caller's later reads, and a barrier's
+/// other threads' after it, see what was released up to the value read.
+__device__ __forceinline__ uint32_t ld_acquire_gpu(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 
 /// Named barrier over `threads` threads (a multiple of 32) of the block; id 0 is

@@ -102,6 +102,25 @@ TEST(DecodeLaunch, GemmOneIsProgrammaticAtOneKimiTokenOnly) {
   EXPECT_FALSE(cd::use_programmatic_gemm1(false, false, 16));  // before sm_90, or MXMOE_PDL=0
   EXPECT_FALSE(cd::use_programmatic_gemm1(true, false, cd::kG1HintMaxPairs + 1));  // ids past a warp
   EXPECT_TRUE(cd::use_programmatic_launch(true, 4) && !cd::use_programmatic_launch(true, 1));
+  // GEMM2 waiting on the expert-ready counters is a programmatic dependent at any split.
+  EXPECT_TRUE(cd::use_programmatic_launch(true, 1, true) && !cd::use_programmatic_launch(false, 4, true));
+}
+
+TEST(DecodeLaunch, ExpertReadyNeedsBothDecodeKernelsAndProgrammaticLaunches) {
+  using cd::ReadyMode;
+  EXPECT_TRUE(cd::use_expert_ready(ReadyMode::kOneToken, true, 1, true, true));
+  EXPECT_FALSE(cd::use_expert_ready(ReadyMode::kOneToken, true, 2, true, true));
+  EXPECT_TRUE(cd::use_expert_ready(ReadyMode::kDecode, true, 15, true, true));
+  EXPECT_FALSE(cd::use_expert_ready(ReadyMode::kOff, true, 1, true, true));
+  EXPECT_FALSE(cd::use_expert_ready(ReadyMode::kDecode, false, 1, true, true));  // no PDL
+  // A generic GEMM1 does not count, and GEMM2's generic kernel does not wait.
+  EXPECT_FALSE(cd::use_expert_ready(ReadyMode::kDecode, true, 1, false, true));
+  EXPECT_FALSE(cd::use_expert_ready(ReadyMode::kDecode, true, 1, true, false));
+  // Every row group over every 8-row tile: Kimi's 96 row groups of W13.
+  EXPECT_EQ(cd::expert_ready_target(96, 1), 96u);
+  EXPECT_EQ(cd::expert_ready_target(96, 8), 96u);
+  EXPECT_EQ(cd::expert_ready_target(96, 9), 192u);
+  EXPECT_EQ(cd::expert_ready_target(96, 0), 0u);
 }
 
 }  // namespace

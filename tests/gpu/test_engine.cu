@@ -699,8 +699,12 @@ void run_gemm1_stage(const StageCase& sc) {
   }
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
+  // Every decode size with the expert-ready counters (heuristics.h use_expert_ready; by
+  // default one token only), so that GEMM2 waits per expert wherever it can.
+  setenv("MXMOE_READY", "2", 1);
   CudaMoeLayer layer(cfg, w);
   unsetenv("MXMOE_PREFILL");
+  unsetenv("MXMOE_READY");
   const cd::WorkspaceLayout L = cd::WorkspaceLayout::make(cfg, M);
   Dev<uint8_t> ws(layer.workspace_size(M)), dxc(xc), dxs(xs);
   Dev<uint16_t> dxb(xb), out(M * K);
@@ -754,6 +758,30 @@ void run_gemm1_stage(const StageCase& sc) {
         ADD_FAILURE() << "balanced counter " << i << " is " << c;
         break;
       }
+    }
+  }
+
+  // The expert-ready counters: each local expert's holds GEMM1's row groups times its
+  // 8-row tiles exactly (every warp of every tile counted once; GEMM2's blocks waited for
+  // that sum), and stays zero where the forward does not use them.
+  {
+    int count[4] = {0, 0, 0, 0};
+    for (int32_t id : routing.ids)
+      if (id >= 4) ++count[id - 4];
+    cudaDeviceProp prop{};
+    int dev = 0;
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+    const bool used =
+        !prefill_expected(M, sc.decode_only) &&
+        cd::use_expert_ready(cd::ReadyMode::kDecode, prop.major >= 9, M,
+                             cd::plan_fast(M, sc.x_fp8, K / 32, cd::FastGemm::kGemm1).ok,
+                             cd::plan_fast(M, sc.mid_fp8, N / 32, cd::FastGemm::kGemm2).ok);
+    for (int e = 0; e < 4; ++e) {
+      uint32_t c = 0;
+      std::memcpy(&c, wsh.data() + L.expert_ready + 4 * e, 4);
+      EXPECT_EQ(c, used ? cd::expert_ready_target(static_cast<int>(2 * N / 64), count[e]) : 0u)
+          << "expert-ready counter of local expert " << e << " (" << count[e] << " rows)";
     }
   }
 
