@@ -219,12 +219,28 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
     pdl_wait_for_predecessor();
 }
 
+/// Dynamic shared memory of a decode launch: the token scales and the rings, padded so
+/// that at most kGemm2ReadyBlocksPerSm blocks fit per SM when the unsplit grid starts
+/// beside GEMM1 (heuristics.h gemm2_ready_capped).
+template <int NT, int D, bool kNarrow>
+size_t fast_smem_bytes(const Gemm2Params& p) {
+  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * 8 * NT * sizeof(float) + fast_ring_bytes<D>();
+  if (!gemm2_ready_capped(p.tokens, p.splits, p.expert_ready != nullptr)) return smem;
+  int dev = 0, sm_bytes = 0, reserved = 0;
+  cudaFuncAttributes a{};
+  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm2_fast_kernel<NT, D, kNarrow>));
+  return smem_for_blocks_per_sm(smem, a.sharedSizeBytes + static_cast<size_t>(reserved),
+                                static_cast<size_t>(sm_bytes), kGemm2ReadyBlocksPerSm);
+}
+
 template <int NT, int D, bool kNarrow = false>
 void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
-  constexpr int BT = 8 * NT;
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z * p.splits));
-  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
+  const size_t smem = fast_smem_bytes<NT, D, kNarrow>(p);
   // The 48 KB default covers static plus dynamic shared memory; the kernel's static
   // staging (row pointers, factors) is under 1 KB.
   if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
@@ -333,6 +349,18 @@ void check_gemm2_prefill_kernels() {
     constexpr int kTok = decltype(t)::value;
     pf_check_registers<kTok>(reinterpret_cast<const void*>(gemm2_prefill_kernel<kTok>), "gemm2_prefill_kernel");
   });
+}
+
+int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
+  const bool narrow = gemm2_narrow_b(p.tokens, p.splits);
+  const size_t smem = narrow ? fast_smem_bytes<1, 4, true>(p) : fast_smem_bytes<1, 4, false>(p);
+  const auto kernel = narrow ? gemm2_fast_kernel<1, 4, true> : gemm2_fast_kernel<1, 4, false>;
+  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  int blocks = 0;
+  MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
+  return blocks;
 }
 
 void check_gemm2_fp8_kernel() {

@@ -217,9 +217,14 @@ inline constexpr int64_t kGemm2SplitMaxTokens = 32;
 /// experts, ~1 wave unsplit) 73.7 / 77.9 / 84.7; M=32 (NT=4, 2 blocks per SM, 1.5
 /// waves unsplit) 321 / 256 / 297. (Those M=1 times are with 8 stages; at 4 stages and 5
 /// blocks per SM, fast_depth, split 4 takes 35.8 us and split 2 40.6: session 7, ncu.)
+/// At 3..4 tokens 2 splits (784 blocks for 660 slots) since GEMM2 starts beside GEMM1
+/// under the expert-ready counters (use_expert_ready): against one split with 3 blocks per
+/// SM (gemm2_ready_blocks_per_sm) M=3 150.0 -> 145.5 us, M=4 157.3 -> 150.0; at 2 and
+/// 5..15 tokens no better or slower (H200, session 30, runs 2 and 3, two rounds).
 inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
   if (!fast || has_bias) return 1;
   if (tokens <= 1) return 4;
+  if (tokens >= 3 && tokens <= 4) return 2;
   return tokens > 16 && tokens <= kGemm2SplitMaxTokens ? 2 : 1;
 }
 /// GEMM2's 8-row decode kernel with the narrow B form compiled in (stage_b_scales: the
@@ -463,13 +468,41 @@ inline bool use_programmatic_gemm1(bool device_ok, bool balanced, int64_t pairs)
 /// Only with programmatic launches (before them GEMM2 starts after GEMM1 anyway), and only
 /// when both GEMMs run their decode kernels: the generic kernels do not count, and GEMM2
 /// would wait forever. `mode` is the test knob MXMOE_READY (0 off, 1 one token, 2 every
-/// decode size; default 1).
+/// decode size, the default). Measured on the H200 (session 30, graph, two rounds, us):
+/// M=1 103.3 / 104.3 -> 100.4 / 101.1 (run 1). At 2..15 tokens GEMM2 then also starts
+/// beside GEMM1 (the balanced kernel lets it at once), and alone that lost 3-12 us at
+/// M=2..8: GEMM2's 392 blocks (0.6 wave) crowded the SMs that GEMM1 freed first. With
+/// at most 3 of its blocks per SM (gemm2_ready_blocks_per_sm) or 2 splits they spread,
+/// and every size from 2 to 15 tokens gained against the grid-wide wait (runs 2 and 3):
+/// M=2 147.3 -> 142.8, M=4 160.5 -> 150.0 (split), M=8 169.7 -> 165.3, M=9 188.8 -> 165.2,
+/// M=12 200.2 -> 189.0, M=15 222.4 -> 211.8.
 enum class ReadyMode : int { kOff = 0, kOneToken = 1, kDecode = 2 };
 inline bool use_expert_ready(ReadyMode mode, bool device_ok, int64_t tokens, bool gemm1_decode,
                              bool gemm2_decode) {
   if (!device_ok || !gemm1_decode || !gemm2_decode) return false;
   return mode == ReadyMode::kDecode || (mode == ReadyMode::kOneToken && tokens == 1);
 }
+/// GEMM2's unsplit decode grid under the expert-ready counters at 2..32 tokens: at most
+/// this many of its blocks per SM (5 fit), so that the blocks starting beside GEMM1
+/// spread over the SMs instead of filling the first ones GEMM1 frees. Measured (session
+/// 30, runs 2 and 3; shared memory padded to 56, 64, 72 KB for 3, 44 KB for 4 per SM):
+/// 3 per SM gained at every size from 2 to 15 tokens; 4 per SM lost 10-25 us at M=2..10,
+/// and 3 with 72 KB (a block then needs two of GEMM1's blocks gone) lost 10-25 us at
+/// M=10..15 against 56 KB.
+inline constexpr int kGemm2ReadyBlocksPerSm = 3;
+inline bool gemm2_ready_capped(int64_t tokens, int splits, bool expert_ready) {
+  return expert_ready && tokens > 1 && splits == 1;
+}
+/// Dynamic shared memory per block of at least `dyn` bytes with which at most `blocks`
+/// blocks fit on an SM of `sm_bytes` (each block also takes `fixed` bytes: its static
+/// shared memory and the driver's reserve): the smallest multiple of 128 with which
+/// `blocks` + 1 do not fit, so that a block needs as little free memory as it can.
+inline size_t smem_for_blocks_per_sm(size_t dyn, size_t fixed, size_t sm_bytes, int blocks) {
+  const size_t per_block = sm_bytes / static_cast<size_t>(blocks + 1) + 1;
+  const size_t need = per_block > fixed ? (per_block - fixed + 127) / 128 * 128 : 0;
+  return need > dyn ? need : dyn;
+}
+
 /// The count GEMM1 leaves in an expert's ready counter once all of its `rows` are stored:
 /// every one of the `row_groups` (GEMM1's 64-row groups of W13) over every 8-row tile.
 MXMOE_HD uint32_t expert_ready_target(int row_groups, int rows) {

@@ -336,7 +336,7 @@ struct CudaMoeLayer::Impl {
   TiledDims d13, d2;
   bool prefill_ok = false;  // heuristics.h use_prefill: sm_90a kernels and weight scales
   bool programmatic_ok = false;  // sm_90+, MXMOE_PDL not 0 (heuristics.h use_programmatic_launch)
-  ReadyMode ready_mode = ReadyMode::kOneToken;  // MXMOE_READY (heuristics.h use_expert_ready)
+  ReadyMode ready_mode = ReadyMode::kDecode;  // MXMOE_READY (heuristics.h use_expert_ready)
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;

@@ -121,6 +121,27 @@ TEST(DecodeLaunch, ExpertReadyNeedsBothDecodeKernelsAndProgrammaticLaunches) {
   EXPECT_EQ(cd::expert_ready_target(96, 8), 96u);
   EXPECT_EQ(cd::expert_ready_target(96, 9), 192u);
   EXPECT_EQ(cd::expert_ready_target(96, 0), 0u);
+  // GEMM2 is capped only unsplit, from 2 tokens, under the counters.
+  EXPECT_TRUE(cd::gemm2_ready_capped(8, 1, true));
+  EXPECT_FALSE(cd::gemm2_ready_capped(1, 4, true) || cd::gemm2_ready_capped(4, 2, true) ||
+               cd::gemm2_ready_capped(8, 1, false));
+  EXPECT_EQ(cd::gemm2_splits(3, true, false), 2);
+  EXPECT_EQ(cd::gemm2_splits(4, true, false), 2);
+  EXPECT_EQ(cd::gemm2_splits(2, true, false), 1);
+  EXPECT_EQ(cd::gemm2_splits(5, true, false), 1);
+}
+
+TEST(DecodeLaunch, SharedMemoryForBlocksPerSmFitsExactlyThatMany) {
+  const size_t sm = 228 * 1024;
+  for (size_t fixed : {size_t{2304}, size_t{1024}, size_t{5000}})
+    for (int blocks = 1; blocks <= 6; ++blocks) {
+      const size_t dyn = cd::smem_for_blocks_per_sm(4096, fixed, sm, blocks);
+      EXPECT_EQ(dyn % 128, 0u);
+      EXPECT_LE(blocks * (dyn + fixed), sm) << blocks << " blocks must fit";
+      EXPECT_GT((blocks + 1) * (dyn + fixed), sm) << blocks + 1 << " must not";
+    }
+  // Never below what the kernel needs.
+  EXPECT_EQ(cd::smem_for_blocks_per_sm(200000, 2304, sm, 3), 200000u);
 }
 
 }  // namespace

@@ -1267,6 +1267,28 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   run_gemm2_stage(true, 12, 128, 160, false, 1, true, false, {}, true);
 }
 
+// GEMM2's unsplit decode grid under the expert-ready counters keeps at most
+// kGemm2ReadyBlocksPerSm blocks per SM (heuristics.h gemm2_ready_capped), at Kimi-K3's
+// intermediate size; without the counters, or split, it keeps the ring's own occupancy.
+TEST(Gemm2, ReadyGridHoldsAtMostItsBlocksPerSm) {
+  REQUIRE_GPU();
+  uint32_t counter = 0;  // only its presence matters here
+  cd::Gemm2Params p;
+  p.intermediate = 3072;
+  p.tokens = 8;
+  p.splits = 1;
+  p.expert_ready = &counter;
+  EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2ReadyBlocksPerSm);
+  p.tokens = 12;  // the narrow B form's kernel
+  EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2ReadyBlocksPerSm);
+  p.expert_ready = nullptr;
+  EXPECT_GT(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2ReadyBlocksPerSm);
+  p.expert_ready = &counter;
+  p.tokens = 4;
+  p.splits = 2;
+  EXPECT_GT(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2ReadyBlocksPerSm);
+}
+
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
 // synthetic weights (all scale bytes normal). Not a check: run on the device with
 //   test_engine --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timing*'
