@@ -485,10 +485,11 @@ inline bool use_expert_ready(ReadyMode mode, bool device_ok, int64_t tokens, boo
 /// GEMM2's unsplit decode grid under the expert-ready counters at 2..32 tokens: at most
 /// this many of its blocks per SM (5 fit), so that the blocks starting beside GEMM1
 /// spread over the SMs instead of filling the first ones GEMM1 frees. Measured (session
-/// 30, runs 2 and 3; shared memory padded to 56, 64, 72 KB for 3, 44 KB for 4 per SM):
-/// 3 per SM gained at every size from 2 to 15 tokens; 4 per SM lost 10-25 us at M=2..10,
-/// and 3 with 72 KB (a block then needs two of GEMM1's blocks gone) lost 10-25 us at
-/// M=10..15 against 56 KB.
+/// 30, runs 2, 3 and 5, graph, two rounds): 3 per SM gained at every size from 2 to 15
+/// tokens against 5 (unpadded); 4 per SM lost 8-11 us against 3 at M=2, 8 and 9 (gained
+/// 5 at M=12), whatever the carveout; 3 with 72 KB instead of the smallest padding (a
+/// block then needs two of GEMM1's five blocks gone) lost 7-25 us at M=10..15. At M=1
+/// (split, 896 blocks) 3 per SM lost 3.6% and 4 changed nothing, so it is not capped.
 inline constexpr int kGemm2ReadyBlocksPerSm = 3;
 inline bool gemm2_ready_capped(int64_t tokens, int splits, bool expert_ready) {
   return expert_ready && tokens > 1 && splits == 1;
