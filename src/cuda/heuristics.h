@@ -219,7 +219,7 @@ inline constexpr int64_t kGemm2SplitMaxTokens = 32;
 /// blocks per SM, fast_depth, split 4 takes 35.8 us and split 2 40.6: session 7, ncu.)
 /// At 3..4 tokens 2 splits (784 blocks for 660 slots) since GEMM2 starts beside GEMM1
 /// under the expert-ready counters (use_expert_ready): against one split with 3 blocks per
-/// SM (gemm2_ready_blocks_per_sm) M=3 150.0 -> 145.5 us, M=4 157.3 -> 150.0; at 2 and
+/// SM (kGemm2ReadyBlocksPerSm) M=3 150.0 -> 145.5 us, M=4 157.3 -> 150.0; at 2 and
 /// 5..15 tokens no better or slower (H200, session 30, runs 2 and 3, two rounds).
 inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
   if (!fast || has_bias) return 1;
@@ -472,7 +472,7 @@ inline bool use_programmatic_gemm1(bool device_ok, bool balanced, int64_t pairs)
 /// M=1 103.3 / 104.3 -> 100.4 / 101.1 (run 1). At 2..15 tokens GEMM2 then also starts
 /// beside GEMM1 (the balanced kernel lets it at once), and alone that lost 3-12 us at
 /// M=2..8: GEMM2's 392 blocks (0.6 wave) crowded the SMs that GEMM1 freed first. With
-/// at most 3 of its blocks per SM (gemm2_ready_blocks_per_sm) or 2 splits they spread,
+/// at most 3 of its blocks per SM (kGemm2ReadyBlocksPerSm) or 2 splits they spread,
 /// and every size from 2 to 15 tokens gained against the grid-wide wait (runs 2 and 3):
 /// M=2 147.3 -> 142.8, M=4 160.5 -> 150.0 (split), M=8 169.7 -> 165.3, M=9 188.8 -> 165.2,
 /// M=12 200.2 -> 189.0, M=15 222.4 -> 211.8.

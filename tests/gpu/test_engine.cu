@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -589,6 +590,12 @@ BalancedUse balanced_use(const Routing& routing, int blocks, int64_t K, int64_t 
 /// The stage cases of the balanced decode GEMM1 on shrunk grids (Gemm1Act test, below).
 Routing stage_routing(int64_t M) { return random_routing(M, 3, {0, 2, 4, 5, 7, 3}, 300 + M, true); }
 
+/// The test knob MXMOE_PDL=0 (plain launches; then no expert-ready counters either).
+bool pdl_knob_off() {
+  const char* v = std::getenv("MXMOE_PDL");
+  return v != nullptr && std::string(v) == "0";
+}
+
 bool prefill_expected(int64_t M, bool decode_only = false) {
   if (decode_only) return false;
   cudaDeviceProp prop{};
@@ -699,8 +706,9 @@ void run_gemm1_stage(const StageCase& sc) {
   }
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
-  // Every decode size with the expert-ready counters (heuristics.h use_expert_ready; by
-  // default one token only), so that GEMM2 waits per expert wherever it can.
+  // Every decode size with the expert-ready counters (heuristics.h use_expert_ready; set
+  // here so that the cases do not depend on the default), so that GEMM2 waits per expert
+  // wherever it can.
   setenv("MXMOE_READY", "2", 1);
   CudaMoeLayer layer(cfg, w);
   unsetenv("MXMOE_PREFILL");
@@ -774,7 +782,7 @@ void run_gemm1_stage(const StageCase& sc) {
     ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
     const bool used =
         !prefill_expected(M, sc.decode_only) &&
-        cd::use_expert_ready(cd::ReadyMode::kDecode, prop.major >= 9, M,
+        cd::use_expert_ready(cd::ReadyMode::kDecode, prop.major >= 9 && !pdl_knob_off(), M,
                              cd::plan_fast(M, sc.x_fp8, K / 32, cd::FastGemm::kGemm1).ok,
                              cd::plan_fast(M, sc.mid_fp8, N / 32, cd::FastGemm::kGemm2).ok);
     for (int e = 0; e < 4; ++e) {
