@@ -531,9 +531,7 @@ void launch_balanced(const Gemm1Params& p, cudaStream_t stream) {
     constexpr int kAct = decltype(kind)::value;
     const auto kernel = gemm1_balanced_kernel<D, kFp8Inter, kAct>;
     const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * 8 * sizeof(float) + fast_ring_bytes<D>();
-    if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
+    allow_fast_smem(kernel, smem);
     const int blocks = balanced_blocks(kernel, kWarps * 32, smem);
     kernel<<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(p);
     MXMOE_LAUNCH_CHECK("gemm1_balanced_kernel");
@@ -546,12 +544,7 @@ void launch_fast_t(const Gemm1Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z));
   const size_t smem = static_cast<size_t>(p.hidden / kMxBlock) * BT * sizeof(float) + fast_ring_bytes<D>();
-  // The 48 KB default covers static plus dynamic shared memory; the kernel's static
-  // staging (row pointers, factors) is under 1 KB.
-  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+  allow_fast_smem(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>, smem);
   launch_kernel(gemm1_fast_kernel<NT, D, kFp8Inter, kAct>, grid, dim3(kWarps * 32), smem, stream, p.programmatic,
                 p);
   MXMOE_LAUNCH_CHECK("gemm1_fast_kernel");

@@ -241,12 +241,7 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z * p.splits));
   const size_t smem = fast_smem_bytes<NT, D, kNarrow>(p);
-  // The 48 KB default covers static plus dynamic shared memory; the kernel's static
-  // staging (row pointers, factors) is under 1 KB.
-  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fast_kernel<NT, D, kNarrow>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+  allow_fast_smem(gemm2_fast_kernel<NT, D, kNarrow>, smem);
   launch_kernel(gemm2_fast_kernel<NT, D, kNarrow>, grid, dim3(kWarps * 32), smem, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
@@ -355,9 +350,7 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
   const bool narrow = gemm2_narrow_b(p.tokens, p.splits);
   const size_t smem = narrow ? fast_smem_bytes<1, 4, true>(p) : fast_smem_bytes<1, 4, false>(p);
   const auto kernel = narrow ? gemm2_fast_kernel<1, 4, true> : gemm2_fast_kernel<1, 4, false>;
-  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
+  allow_fast_smem(kernel, smem);
   int blocks = 0;
   MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
   return blocks;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
 #include "mxmoe/formats.h"
@@ -322,6 +323,15 @@ struct FastRing {
 /// Shared-memory bytes of a block's rings (kWarps warps).
 template <int D>
 constexpr int fast_ring_bytes() { return kWarps * D * kFastStageBytes; }
+/// Lets decode kernel `kernel` take `smem` bytes of dynamic shared memory (the token scales,
+/// the rings, any padding). The 48 KB default covers static plus dynamic shared memory; the
+/// decode kernels' static staging (row pointers, factors) is under 1 KB.
+template <typename Kernel>
+void allow_fast_smem(Kernel kernel, size_t smem) {
+  if (smem + 1024 > static_cast<size_t>(kDefaultSmemBytes))
+    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+}
 /// This warp's ring inside the block's ring area. The decode kernels declare their dynamic
 /// shared memory (token scales, then the rings) `__align__(128)`, and a stage is 17 x 128
 /// bytes, so every stage starts on 128 bytes when the token scales' size (K x tile / 8
