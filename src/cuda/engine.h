@@ -297,8 +297,9 @@ struct Gemm2Params {
   int ready_row_groups = 0;  // GEMM1's 64-row groups of W13 (its w13.rg)
 };
 void launch_gemm2(const Gemm2Params& p, cudaStream_t stream);
-/// Resident blocks per SM of GEMM2's 8-row decode kernel with the shared memory
-/// launch_gemm2 gives it for `p` (tokens, splits, intermediate, expert_ready); for tests.
+/// Resident blocks per SM of GEMM2's decode kernel for 8-row tiles (or, at one token, its
+/// one-row kernel) with the shared memory launch_gemm2 gives it for `p` (tokens, splits,
+/// intermediate, expert_ready); for tests.
 int gemm2_decode_blocks_per_sm(const Gemm2Params& p);
 
 struct FinalizeParams {

@@ -92,12 +92,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
 //
 // One block's work with token tile 8 * NT (the kernel's shared staging, sized for its
 // own larger or equal tile; s_sx used as [N/32][8 * NT]). kNarrow: tiles of more than 4
-// rows may take stage_b_scales' narrow form (heuristics.h gemm2_narrow_b).
-template <int NT, int D, bool kNarrow>
+// rows may take stage_b_scales' narrow form (heuristics.h gemm2_narrow_b). kOneRow (NT 1):
+// tiles of one row through the one-row diagonal loop only, s_sx used as [N/32][1]
+// (heuristics.h gemm2_one_row).
+template <int NT, int D, bool kNarrow, bool kOneRow = false>
 __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count, float* s_sx,
                                                  float* s_back, int* s_mx, const uint8_t** s_rsc,
                                                  const FastRing<D>& ring) {
-  constexpr int BT = 8 * NT;
+  static_assert(!kOneRow || (NT == 1 && !kNarrow), "the one-row kernel has one wide-form row");
+  constexpr int BT = kOneRow ? 1 : 8 * NT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int e = blockIdx.y;
@@ -148,9 +151,23 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      warp_mma_decode<NT, D, true>(  // coherent B loads: GEMM1 may still be running
-          special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
-          [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
+      if constexpr (kOneRow) {
+        float a[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) a[mt][j] = 0.0f;
+        warp_mma_diag_any<1, D, true, 1>(special, a, ring, wp, ws4, kc_begin, kc_end, kbN,
+                                         inter + static_cast<int64_t>(off + tile) * N, s_sx);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mt][0][j] = a[mt][j];
+      } else {
+        warp_mma_decode<NT, D, true>(  // coherent B loads: GEMM1 may still be running
+            special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
+            [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
+      }
       pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
       // Epilogue operands, formed only now so they hold no registers over the mainloop.
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
@@ -160,10 +177,11 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int r = tile * BT + nt * 8 + 2 * t + c;
+          // The one-row loop leaves its row in column 0 of lane t = 0 (warp_reduce_diag).
+          const int r = kOneRow ? (2 * t + c == 0 ? tile : count) : tile * BT + nt * 8 + 2 * t + c;
           if (r >= count) continue;
           // Split: the unscaled partial; finalize applies the factor after the sum.
-          const float back = S > 1 ? 1.0f : s_back[nt * 8 + 2 * t + c];
+          const float back = S > 1 ? 1.0f : s_back[kOneRow ? 0 : nt * 8 + 2 * t + c];
           float* yr = y + static_cast<int64_t>(off + r) * K;
 #pragma unroll
           for (int mt = 0; mt < 4; ++mt)
@@ -184,10 +202,12 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
 }
 
 // The decode kernel of one count class (heuristics.h plan_fast); the 16-row kernel also
-// serves the experts of at most 8 rows, with 8-row tiles (as gemm1_fast_kernel).
-template <int NT, int D, bool kNarrow>
-__global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fast_kernel(const Gemm2Params p) {
-  constexpr int BT = 8 * NT;
+// serves the experts of at most 8 rows, with 8-row tiles (as gemm1_fast_kernel). The
+// one-row kernel (kOneRow) takes every expert's rows one at a time, at more blocks per SM.
+template <int NT, int D, bool kNarrow, bool kOneRow = false>
+__global__ void __launch_bounds__(kWarps * 32, kOneRow ? kGemm2OneRowBlocksPerSm : fast_min_blocks(NT, D))
+    gemm2_fast_kernel(const Gemm2Params p) {
+  constexpr int BT = kOneRow ? 1 : 8 * NT;
   extern __shared__ __align__(128) float s_sx[];  // [N/32][BT], then the warps' rings; the region starts on 128 bytes (fast_ring_of_warp)
   __shared__ float s_back[BT];
   __shared__ int s_mx[BT];
@@ -211,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
     else
       gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
   } else {
-    gemm2_fast_block<NT, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
+    gemm2_fast_block<NT, D, kNarrow, kOneRow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
   }
   // Under the expert-ready counters no block waited for GEMM1's grid: block (0, 0, 0)
   // does so last, so that this grid's end still implies GEMM1's.
@@ -222,27 +242,29 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(NT, D)) gemm2_fas
 /// Dynamic shared memory of a decode launch: the token scales and the rings, padded so
 /// that at most kGemm2ReadyBlocksPerSm blocks fit per SM when the unsplit grid starts
 /// beside GEMM1 (heuristics.h gemm2_ready_capped).
-template <int NT, int D, bool kNarrow>
+template <int NT, int D, bool kNarrow, bool kOneRow = false>
 size_t fast_smem_bytes(const Gemm2Params& p) {
-  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * 8 * NT * sizeof(float) + fast_ring_bytes<D>();
+  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * (kOneRow ? 1 : 8 * NT) * sizeof(float) +
+                      fast_ring_bytes<D>();
   if (!gemm2_ready_capped(p.tokens, p.splits, p.expert_ready != nullptr)) return smem;
   int dev = 0, sm_bytes = 0, reserved = 0;
   cudaFuncAttributes a{};
   MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm2_fast_kernel<NT, D, kNarrow>));
+  MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, gemm2_fast_kernel<NT, D, kNarrow, kOneRow>));
   return smem_for_blocks_per_sm(smem, a.sharedSizeBytes + static_cast<size_t>(reserved),
                                 static_cast<size_t>(sm_bytes), kGemm2ReadyBlocksPerSm);
 }
 
-template <int NT, int D, bool kNarrow = false>
+template <int NT, int D, bool kNarrow = false, bool kOneRow = false>
 void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local), static_cast<unsigned>(p.fast.z * p.splits));
-  const size_t smem = fast_smem_bytes<NT, D, kNarrow>(p);
-  allow_fast_smem(gemm2_fast_kernel<NT, D, kNarrow>, smem);
-  launch_kernel(gemm2_fast_kernel<NT, D, kNarrow>, grid, dim3(kWarps * 32), smem, stream, p.programmatic, p);
+  const size_t smem = fast_smem_bytes<NT, D, kNarrow, kOneRow>(p);
+  allow_fast_smem(gemm2_fast_kernel<NT, D, kNarrow, kOneRow>, smem);
+  launch_kernel(gemm2_fast_kernel<NT, D, kNarrow, kOneRow>, grid, dim3(kWarps * 32), smem, stream,
+                p.programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm2_fast_kernel");
 }
 
@@ -347,11 +369,18 @@ void check_gemm2_prefill_kernels() {
 }
 
 int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
+  int blocks = 0;
+  if (gemm2_one_row(p.tokens)) {
+    const size_t smem = fast_smem_bytes<1, 4, false, true>(p);
+    allow_fast_smem(gemm2_fast_kernel<1, 4, false, true>, smem);
+    MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm2_fast_kernel<1, 4, false, true>,
+                                                                   kWarps * 32, smem));
+    return blocks;
+  }
   const bool narrow = gemm2_narrow_b(p.tokens, p.splits);
   const size_t smem = narrow ? fast_smem_bytes<1, 4, true>(p) : fast_smem_bytes<1, 4, false>(p);
   const auto kernel = narrow ? gemm2_fast_kernel<1, 4, true> : gemm2_fast_kernel<1, 4, false>;
   allow_fast_smem(kernel, smem);
-  int blocks = 0;
   MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
   return blocks;
 }
@@ -403,7 +432,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       // Only a single class follows GEMM1 directly (a second one follows the first).
       q.programmatic = p.programmatic && fast.n == 1;
       if (c.nt == 1) {
-        if (gemm2_narrow_b(p.tokens, p.splits))
+        if (gemm2_one_row(p.tokens))
+          launch_fast<1, 4, false, true>(q, stream);
+        else if (gemm2_narrow_b(p.tokens, p.splits))
           launch_fast<1, 4, true>(q, stream);
         else
           launch_fast<1, 4>(q, stream);

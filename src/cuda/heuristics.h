@@ -217,16 +217,30 @@ inline constexpr int64_t kGemm2SplitMaxTokens = 32;
 /// experts, ~1 wave unsplit) 73.7 / 77.9 / 84.7; M=32 (NT=4, 2 blocks per SM, 1.5
 /// waves unsplit) 321 / 256 / 297. (Those M=1 times are with 8 stages; at 4 stages and 5
 /// blocks per SM, fast_depth, split 4 takes 35.8 us and split 2 40.6: session 7, ncu.)
+/// At one token 3 splits since the one-row kernel (gemm2_one_row): 672 blocks, all
+/// resident at its 6 per SM (792 slots). Measured on the H200 (session 31, run 2, graph,
+/// three rounds, us): the 8-row kernel with 4 splits 99.5 / 99.7 / 99.1, with 3 102.9 /
+/// 103.0 / 103.0 (12 blocks past its 660 slots); the one-row kernel with 4 splits 98.6 /
+/// 98.2 / 98.4, with 3 98.4 / 98.8 / 98.4, with 2 108.0 / 108.2 / 108.0. GEMM2 alone (ncu)
+/// 36.5 us (8-row, 4 splits), 35.0 (one-row, 4), 34.2 (one-row, 3).
 /// At 3..4 tokens 2 splits (784 blocks for 660 slots) since GEMM2 starts beside GEMM1
 /// under the expert-ready counters (use_expert_ready): against one split with 3 blocks per
 /// SM (kGemm2ReadyBlocksPerSm) M=3 150.0 -> 145.5 us, M=4 157.3 -> 150.0; at 2 and
 /// 5..15 tokens no better or slower (H200, session 30, runs 2 and 3, two rounds).
 inline int gemm2_splits(int64_t tokens, bool fast, bool has_bias) {
   if (!fast || has_bias) return 1;
-  if (tokens <= 1) return 4;
+  if (tokens <= 1) return 3;
   if (tokens >= 3 && tokens <= 4) return 2;
   return tokens > 16 && tokens <= kGemm2SplitMaxTokens ? 2 : 1;
 }
+/// GEMM2's one-row decode kernel (gemm2.cu, kOneRow): at one token every expert holds one
+/// row (more only when a token names an expert twice: then one row at a time), so the
+/// kernel compiles only the one-row diagonal loop (80 registers instead of 96) and stages
+/// one row's scales (384 bytes instead of 3 KB at Kimi's N), and fits 6 blocks per SM
+/// instead of 5: with 3 splits (gemm2_splits) every block of Kimi's M=1 is resident at once.
+inline constexpr int kGemm2OneRowBlocksPerSm = 6;
+inline bool gemm2_one_row(int64_t tokens) { return tokens <= 1; }
+
 /// GEMM2's 8-row decode kernel with the narrow B form compiled in (stage_b_scales: the
 /// token scales inside B, 16 fewer FMULs per MX block in warp_mma_fast), used for tiles
 /// of 5..8 rows. Not at 1 or 2 tokens (tiles of at most 2 rows: the diagonal loop only)

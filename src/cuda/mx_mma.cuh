@@ -585,14 +585,16 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, flo
 /// Session 8 on the H200 (graph, same run): 283 -> 205 instructions per chunk;
 /// M=2 163 -> 158 us, M=4 204 -> 194, M=8 230 -> 220 (with fp4x8_to_f16_mul), M=1 equal.
 ///   acc[mt][.]: per-lane partial sums, zero on entry; warp_reduce_diag finishes them;
-///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]).
-template <int R, int D, bool kSpecial, bool kCoherentB>
+///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]), or
+///   [kb][kSxRows] with kSxRows >= R (GEMM2's one-row kernel stages [kb][1]).
+template <int R, int D, bool kSpecial, bool kCoherentB, int kSxRows = 8>
 __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
                                               int kc_end, int kb_count, const uint8_t* brow,
                                               const float* s_sx) {
   static_assert(R == 1 || R == 2 || R == 4, "R rows per cycle column group");
+  static_assert(kSxRows >= R, "the staged token scales hold every row of the cycle");
   static_assert((D & (D - 1)) == 0, "ring depth a power of two (stage index by mask)");
   constexpr int P = 8 / R;   // MX blocks per cycle
   constexpr int CP = P / 2;  // ring chunks per cycle
@@ -707,8 +709,8 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
     // past the end got no nonzero B (their partial is exactly 0) and take factor 0, so a
     // scale word past the range (zeros) or NaN cannot reach the sum.
     const int kb0 = cycle_kb + f_slot0, kb1 = cycle_kb + f_slot1;
-    const float sx0 = kb0 < kb_end ? s_sx[kb0 * 8 + f_tok0] : 0.0f;
-    const float sx1 = kb1 < kb_end ? s_sx[kb1 * 8 + f_tok1] : 0.0f;
+    const float sx0 = kb0 < kb_end ? s_sx[kb0 * kSxRows + f_tok0] : 0.0f;
+    const float sx1 = kb1 < kb_end ? s_sx[kb1 * kSxRows + f_tok1] : 0.0f;
     const int sh0 = 16 * (f_slot0 & 1), sh1 = 16 * (f_slot1 & 1);
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
@@ -754,14 +756,14 @@ __device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
 
 /// warp_mma_diag with the scale path picked per row group (warp-uniform), then
 /// warp_reduce_diag.
-template <int R, int D, bool kCoherentB>
+template <int R, int D, bool kCoherentB, int kSxRows = 8>
 __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][4],
                                                   const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
                                                   int kc_end, int kb_count, const uint8_t* brow,
                                                   const float* s_sx) {
-  if (special) warp_mma_diag<R, D, true, kCoherentB>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-  else warp_mma_diag<R, D, false, kCoherentB>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  if (special) warp_mma_diag<R, D, true, kCoherentB, kSxRows>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+  else warp_mma_diag<R, D, false, kCoherentB, kSxRows>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
   warp_reduce_diag<R>(acc);
 }
 

@@ -125,6 +125,11 @@ TEST(DecodeLaunch, ExpertReadyNeedsBothDecodeKernelsAndProgrammaticLaunches) {
   EXPECT_TRUE(cd::gemm2_ready_capped(8, 1, true));
   EXPECT_FALSE(cd::gemm2_ready_capped(1, 4, true) || cd::gemm2_ready_capped(4, 2, true) ||
                cd::gemm2_ready_capped(8, 1, false));
+  // One token: 3 splits for the one-row kernel (Kimi: 672 blocks, every one resident).
+  EXPECT_EQ(cd::gemm2_splits(1, true, false), 3);
+  EXPECT_EQ(cd::gemm2_splits(1, true, true), 1);  // a bias: no split
+  EXPECT_TRUE(cd::gemm2_one_row(1));
+  EXPECT_FALSE(cd::gemm2_one_row(2));
   EXPECT_EQ(cd::gemm2_splits(3, true, false), 2);
   EXPECT_EQ(cd::gemm2_splits(4, true, false), 2);
   EXPECT_EQ(cd::gemm2_splits(2, true, false), 1);

@@ -1261,6 +1261,14 @@ TEST(Gemm2, DecodeSplitReductionAndScaleFlagsBitExactIncludingSpecialBytes) {
   run_gemm2_stage(true, 4, 96, 96, false, 2, true);          // R=2, K tail, 2 splits
   run_gemm2_stage(true, 2, 128, 256, false, 4, true, true);  // NaN / 2^-127 bytes, R=1/4
   run_gemm2_stage(true, 2, 64, 288, true);                   // R=1 and R=4, bias, 9 blocks
+  // One token: the one-row kernel (heuristics.h gemm2_one_row) takes an expert's rows one
+  // at a time (more than one only when a token names an expert twice): 4 rows over 3
+  // uneven splits; 1 and 2 rows unsplit with a K tail; special bytes; a bias.
+  run_gemm2_stage(true, 1, 128, 256, false, 3, true);        // rows 0, 0, 4
+  run_gemm2_stage(true, 1, 96, 160, false, 1, true, false, {1, 0, 2});
+  run_gemm2_stage(true, 1, 128, 256, false, 3, true, true, {1, 0, 2});
+  run_gemm2_stage(true, 1, 128, 256, false, 1, false, true, {2, 1, 1});
+  run_gemm2_stage(true, 1, 64, 288, true, 1, false, false, {1, 1, 1});
   // Above 32 tokens the 16-row kernel also runs the experts of <= 8 rows: 4 rows (diagonal
   // R=4), 8 rows and 12 beside an empty 32-row class launch; then 8 and 12 rows beside 24
   // in the 32-row class.
@@ -1295,6 +1303,22 @@ TEST(Gemm2, ReadyGridHoldsAtMostItsBlocksPerSm) {
   p.tokens = 4;
   p.splits = 2;
   EXPECT_GT(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2ReadyBlocksPerSm);
+}
+
+// At one token GEMM2's one-row kernel fits kGemm2OneRowBlocksPerSm blocks per SM at
+// Kimi-K3's intermediate size (registers and shared memory), so that every block of its
+// 3 splits is resident at once on the H200 (heuristics.h gemm2_one_row, gemm2_splits).
+TEST(Gemm2, OneRowKernelHoldsItsBlocksPerSm) {
+  REQUIRE_GPU();
+  uint32_t counter = 0;
+  cd::Gemm2Params p;
+  p.intermediate = 3072;
+  p.tokens = 1;
+  p.splits = cd::gemm2_splits(1, true, false);
+  p.expert_ready = &counter;
+  EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2OneRowBlocksPerSm);
+  p.expert_ready = nullptr;
+  EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2OneRowBlocksPerSm);
 }
 
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
