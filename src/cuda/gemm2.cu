@@ -201,6 +201,15 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   }
 }
 
+/// Floats of a decode block's staged token scales ([N/32][rows], rows = 8 * NT or 1); the
+/// rings follow them. The one-row kernel's are padded to 128 bytes, so its rings start
+/// aligned whatever N is (at 8 * NT rows they are a multiple of 32 bytes as they stand,
+/// and of 128 when N / 32 is a multiple of 4, as at Kimi-K3's shapes).
+template <int NT, bool kOneRow>
+__host__ __device__ constexpr int64_t fast_sx_floats(int64_t kb_count) {
+  return kOneRow ? (kb_count + 31) / 32 * 32 : kb_count * 8 * NT;
+}
+
 // The decode kernel of one count class (heuristics.h plan_fast); the 16-row kernel also
 // serves the experts of at most 8 rows, with 8-row tiles (as gemm1_fast_kernel). The
 // one-row kernel (kOneRow) takes every expert's rows one at a time, at more blocks per SM.
@@ -224,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32, kOneRow ? kGemm2OneRowBlocksPerSm
     if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) pdl_wait_for_predecessor();
     return;
   }
-  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + (p.intermediate / kMxBlock) * BT);
+  const FastRing<D> ring = fast_ring_of_warp<D>(s_sx + fast_sx_floats<NT, kOneRow>(p.intermediate / kMxBlock));
   if constexpr (NT == 2) {
     if (count <= 8)
       gemm2_fast_block<1, D, kNarrow>(p, count, s_sx, s_back, s_mx, s_rsc, ring);
@@ -244,7 +253,7 @@ __global__ void __launch_bounds__(kWarps * 32, kOneRow ? kGemm2OneRowBlocksPerSm
 /// beside GEMM1 (heuristics.h gemm2_ready_capped).
 template <int NT, int D, bool kNarrow, bool kOneRow = false>
 size_t fast_smem_bytes(const Gemm2Params& p) {
-  const size_t smem = static_cast<size_t>(p.intermediate / kMxBlock) * (kOneRow ? 1 : 8 * NT) * sizeof(float) +
+  const size_t smem = static_cast<size_t>(fast_sx_floats<NT, kOneRow>(p.intermediate / kMxBlock)) * sizeof(float) +
                       fast_ring_bytes<D>();
   if (!gemm2_ready_capped(p.tokens, p.splits, p.expert_ready != nullptr)) return smem;
   int dev = 0, sm_bytes = 0, reserved = 0;
