@@ -217,7 +217,7 @@ template <int NT, int D, bool kNarrow, bool kOneRow = false>
 __global__ void __launch_bounds__(kWarps * 32, kOneRow ? kGemm2OneRowBlocksPerSm : fast_min_blocks(NT, D))
     gemm2_fast_kernel(const Gemm2Params p) {
   constexpr int BT = kOneRow ? 1 : 8 * NT;
-  extern __shared__ __align__(128) float s_sx[];  // [N/32][BT], then the warps' rings; the region starts on 128 bytes (fast_ring_of_warp)
+  extern __shared__ __align__(128) float s_sx[];  // [N/32][BT] (fast_sx_floats), then the warps' rings; the region starts on 128 bytes (fast_ring_of_warp)
   __shared__ float s_back[BT];
   __shared__ int s_mx[BT];
   __shared__ const uint8_t* s_rsc[BT];
