@@ -3,6 +3,7 @@
 // Same warp mainloop and work split as GEMM1 (gemm1_act.cu): warp = 64 output columns
 // (rows of W2), token tiles strided over grid z, per-expert counts read on the device.
 #include <algorithm>
+#include <type_traits>
 
 #include "common.cuh"
 #include "engine.h"
@@ -151,23 +152,9 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-      if constexpr (kOneRow) {
-        float a[4][4];
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) a[mt][j] = 0.0f;
-        warp_mma_diag_any<1, D, true, 1>(special, a, ring, wp, ws4, kc_begin, kc_end, kbN,
-                                         inter + static_cast<int64_t>(off + tile) * N, s_sx);
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[mt][0][j] = a[mt][j];
-      } else {
-        warp_mma_decode<NT, D, true>(  // coherent B loads: GEMM1 may still be running
-            special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
-            [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
-      }
+      warp_mma_decode<NT, D, true, kOneRow ? 1 : 8>(  // coherent B loads: GEMM1 may still be running
+          special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
+          [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
       pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
       // Epilogue operands, formed only now so they hold no registers over the mainloop.
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
@@ -378,20 +365,20 @@ void check_gemm2_prefill_kernels() {
 }
 
 int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
-  int blocks = 0;
-  if (gemm2_one_row(p.tokens)) {
-    const size_t smem = fast_smem_bytes<1, 4, false, true>(p);
-    allow_fast_smem(gemm2_fast_kernel<1, 4, false, true>, smem);
-    MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm2_fast_kernel<1, 4, false, true>,
-                                                                   kWarps * 32, smem));
+  // The kernel launch_gemm2 picks for 8-row tiles (or one-row ones), with its shared memory.
+  auto blocks_per_sm = [&](auto narrow_c, auto one_row_c) {
+    constexpr bool kNarrow = decltype(narrow_c)::value, kOneRow = decltype(one_row_c)::value;
+    const auto kernel = gemm2_fast_kernel<1, 4, kNarrow, kOneRow>;
+    const size_t smem = fast_smem_bytes<1, 4, kNarrow, kOneRow>(p);
+    allow_fast_smem(kernel, smem);
+    int blocks = 0;
+    MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
     return blocks;
-  }
-  const bool narrow = gemm2_narrow_b(p.tokens, p.splits);
-  const size_t smem = narrow ? fast_smem_bytes<1, 4, true>(p) : fast_smem_bytes<1, 4, false>(p);
-  const auto kernel = narrow ? gemm2_fast_kernel<1, 4, true> : gemm2_fast_kernel<1, 4, false>;
-  allow_fast_smem(kernel, smem);
-  MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
-  return blocks;
+  };
+  using std::false_type, std::true_type;
+  if (gemm2_one_row(p.tokens)) return blocks_per_sm(false_type{}, true_type{});
+  return gemm2_narrow_b(p.tokens, p.splits) ? blocks_per_sm(true_type{}, false_type{})
+                                            : blocks_per_sm(false_type{}, false_type{});
 }
 
 void check_gemm2_fp8_kernel() {

@@ -772,27 +772,33 @@ __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][
 /// in the form stage_b_scales chose (`narrow`); `row_of(i)` is the E4M3 row of token i of
 /// the tile (or null). acc must be zero on entry. kCoherentB: B may have been written
 /// while this kernel runs (GEMM2 under the expert-ready counters): plain loads instead of
-/// the read-only path (ptx.cuh ldg_u2_if).
-template <int NT, int D, bool kCoherentB, typename RowOf>
+/// the read-only path (ptx.cuh ldg_u2_if). kSxRows: the rows s_sx stages per MX block, 8
+/// or 1 (GEMM2's one-row kernel: tiles of one row, only the one-row loop compiled in).
+template <int NT, int D, bool kCoherentB, int kSxRows = 8, typename RowOf>
 __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int valid, float (&acc)[4][NT][4],
                                                 const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                 const uint4* __restrict__ ws4, int kc_begin,
                                                 int kc_end, int kb_count, RowOf row_of,
                                                 const float* s_sx) {
+  static_assert(kSxRows == 8 || (kSxRows == 1 && NT == 1), "one staged row: one-row tiles");
   const int g = (threadIdx.x & 31) >> 2;
   if constexpr (NT == 1) {
-    if (valid <= 4) {
+    if (kSxRows == 1 || valid <= 4) {
       float a[4][4];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
         for (int j = 0; j < 4; ++j) a[mt][j] = 0.0f;
-      // R = rows rounded up to a power of two; the row pointer of token g % R.
-      const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
-      const uint8_t* brow = (g % R) < valid ? row_of(g % R) : nullptr;
-      if (R == 1) warp_mma_diag_any<1, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-      else if (R == 2) warp_mma_diag_any<2, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
-      else warp_mma_diag_any<4, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      if constexpr (kSxRows == 1) {
+        warp_mma_diag_any<1, D, kCoherentB, 1>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, row_of(0), s_sx);
+      } else {
+        // R = rows rounded up to a power of two; the row pointer of token g % R.
+        const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
+        const uint8_t* brow = (g % R) < valid ? row_of(g % R) : nullptr;
+        if (R == 1) warp_mma_diag_any<1, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        else if (R == 2) warp_mma_diag_any<2, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+        else warp_mma_diag_any<4, D, kCoherentB>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
+      }
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -800,11 +806,13 @@ __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int v
       return;
     }
   }
-  const uint8_t* brow[NT];
+  if constexpr (kSxRows == 8) {
+    const uint8_t* brow[NT];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
-  warp_mma_fast_any<NT, D, kCoherentB>(special, narrow, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow,
-                           s_sx, (valid + 7) / 8);
+    for (int nt = 0; nt < NT; ++nt) brow[nt] = nt * 8 + g < valid ? row_of(nt * 8 + g) : nullptr;
+    warp_mma_fast_any<NT, D, kCoherentB>(special, narrow, acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow,
+                             s_sx, (valid + 7) / 8);
+  }
 }
 
 /// GEMM1's side of the expert-ready counters (heuristics.h use_expert_ready), after a
