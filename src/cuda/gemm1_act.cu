@@ -927,10 +927,11 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
 #endif
 
 template <int kAct>  // one kernel per activation kind (am::with_activation_kind)
-__global__ void __launch_bounds__(kPfThreads, 1) gemm1_fp8_kernel(const Gemm1Params p) {
+__global__ void __launch_bounds__(kPfThreads, 1)
+    gemm1_fp8_kernel(const Gemm1Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.w = p.w13f8.codes, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
+  const F8Operands o{.wmap = &w_map, .w = p.w13f8.codes, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
@@ -1003,7 +1004,8 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
       constexpr int kAct = decltype(kind)::value;
       MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel<kAct>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
-      gemm1_fp8_kernel<kAct><<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
+      gemm1_fp8_kernel<kAct><<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+          p, fp8_codes_map(p.w13f8.codes, int64_t{p.num_local} * p.w13f8.rows_p, p.w13f8.cols_p));
       MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
     });
     return;

@@ -300,10 +300,11 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
 
 // FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
 // rg = 2 rb + wg, every scale already applied in the promotion (no range factor).
-__global__ void __launch_bounds__(kPfThreads, 1) gemm2_fp8_kernel(const Gemm2Params p) {
+__global__ void __launch_bounds__(kPfThreads, 1)
+    gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.w = p.w2f8.codes, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
+  const F8Operands o{.wmap = &w_map, .w = p.w2f8.codes, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
   f8_run(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
@@ -398,7 +399,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                     "scales, the FP8 weights and no split");
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           kF8SmemBytes));
-    gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(p);
+    gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+        p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p));
     MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
     return;
   }

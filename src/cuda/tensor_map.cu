@@ -1,4 +1,5 @@
-// tensor_map.cu — TMA tensor maps for the prefill path's staged BF16 rows (wgmma_mx.cuh).
+// tensor_map.cu — TMA tensor maps: the prefill path's staged BF16 rows (wgmma_mx.cuh) and
+// the FP8 mode's weight codes (wgmma_fp8.cuh).
 // The encoder is a driver entry point, looked up through the runtime once, so the library
 // still links only against the CUDA runtime.
 #include <cudaTypedefs.h>
@@ -6,6 +7,7 @@
 #include <mutex>
 
 #include "common.cuh"
+#include "wgmma_fp8.cuh"
 #include "wgmma_mx.cuh"
 
 namespace mxmoe::cuda_detail {
@@ -39,6 +41,24 @@ CUtensorMap staged_rows_map(const uint16_t* rows, int64_t count, int64_t stride,
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(rows), dims, strides, box, elem,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw CudaError(detail::cat("cuTensorMapEncodeTiled failed: CUresult ", static_cast<int>(r)));
+  return map;
+}
+
+CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p) {
+  MXMOE_CHECK_ARG(codes != nullptr && rows > 0 && rows % kF8Rows == 0 && rows < (int64_t{1} << 31) &&
+                      cols_p > 0 && cols_p % kF8Group == 0 && cols_p < (int64_t{1} << 31),
+                  "FP8 weight codes", "need a buffer of whole 128-row blocks and 128-byte groups (got ",
+                  rows, " rows of ", cols_p, " bytes)");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols_p), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols_p)};
+  const cuuint32_t box[2] = {kF8Group, kF8Rows};  // one group of one row block: 16 KB
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(codes), dims, strides, box, elem,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw CudaError(detail::cat("cuTensorMapEncodeTiled failed: CUresult ", static_cast<int>(r)));

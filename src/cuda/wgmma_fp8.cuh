@@ -20,6 +20,7 @@
 // sequence (pf_tile) and the ring bookkeeping (RingCursor) are wgmma_mx.cuh's.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -61,8 +62,13 @@ inline void f8_check_registers(const void* kernel, const char* name) {
   check_register_split(kernel, name, kF8ProducerRegs, kF8ConsumerRegs);
 }
 
+/// TMA map of FP8 weight codes [rows][cols_p] (all experts' padded rows), boxes of one
+/// 128-byte group of 128 rows, 128-byte swizzled (tensor_map.cu).
+CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p);
+
 /// What the producer streams.
 struct F8Operands {
+  const CUtensorMap* wmap = nullptr; // the codes' map (fp8_codes_map, a kernel parameter)
   const uint8_t* w = nullptr;        // codes [E][rows_p][cols_p]
   const float* ws = nullptr;         // scales [E][groups][rows_p]
   int rows_p = 0, groups = 0;
@@ -76,10 +82,14 @@ struct F8Operands {
   __device__ int rb_count() const { return rows_p / kF8Rows; }
 };
 
+/// Arrivals that complete a stage: every producer thread's once its cp.async copies have
+/// landed, and thread 0's arming of the weights' TMA bytes.
+inline constexpr uint32_t kF8FullArrivals = 128 + 1;
+
 /// The ring in dynamic shared memory.
 struct F8Ring {
   uint8_t* stages;   // [kF8Stages][kF8StageBytes], 1024-aligned
-  uint64_t* full;    // [kF8Stages]: 128 producer arrivals
+  uint64_t* full;    // [kF8Stages]: 128 producer arrivals and the weight copies' (kF8FullArrivals)
   uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
 };
@@ -94,7 +104,7 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   r.amax = reinterpret_cast<float*>(r.empty + kF8Stages);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kF8Stages; ++s) {
-      mbar_init(&r.full[s], 128);
+      mbar_init(&r.full[s], kF8FullArrivals);
       mbar_init(&r.empty[s], 256);
     }
   }
@@ -102,9 +112,10 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   return r;
 }
 
-/// Producer warpgroup (threads 0..127): thread i copies, per group, 16-byte piece i & 7 of
-/// weight rows and token rows (i >> 3) + 16m (m < 8), the scale of token row i, and for
-/// i < 32 the scales of weight rows 4i..4i+3.
+/// Producer warpgroup (threads 0..127): per group, thread 0 hands the 128 weight rows (one
+/// TMA box, swizzled as the cp.async copies of the token rows are) and their 128 scales
+/// (one bulk copy) to the TMA engine, and thread i copies 16-byte piece i & 7 of token
+/// rows (i >> 3) + 16m (m < 8) and the scale of token row i.
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
@@ -126,24 +137,28 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 #pragma unroll
     for (int m = 0; m < 8; ++m) src[m] = b_row(t.tt * kPfTokens + r0 + 16 * m);
     const int64_t my_row = b_row(t.tt * kPfTokens + i);
-    const uint8_t* wrow = o.w + (static_cast<int64_t>(t.e) * o.rows_p + t.rb * kF8Rows + r0) *
-                                    bstride + c * 16;
-    const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows + 4 * i;
+    const int wrow = t.e * o.rows_p + t.rb * kF8Rows;  // the block's first row in the map
+    const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
     for (int kg = 0; kg < o.groups; ++kg) {
       const int s = fill.stage;
       if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kF8StageBytes;
+      if (i == 0) {
+        constexpr uint32_t kScaleBytes = kF8Rows * 4;
+        mbar_arrive_expect_tx(&ring.full[s], kF8Rows * kF8Group + kScaleBytes);
+        tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
+        bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
+                         &ring.full[s]);
+      }
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
         const int r = r0 + 16 * m;
         const int swz = ((c ^ (r & 7)) << 4);
-        cp_async_16(st + kF8StageA + r * kF8Group + swz, wrow + (16 * m) * bstride + kg * kF8Group);
         const uint8_t* g = src[m] >= 0 ? o.b + src[m] * bstride + kg * kF8Group + c * 16 : o.b;
         cp_async_16_zfill(st + kF8StageB + r * kF8Group + swz, g, src[m] >= 0 ? 16u : 0u);
       }
       cp_async_4_zfill(st + kF8StageSB + i * 4, my_row >= 0 ? o.bs + my_row * o.groups + kg : o.bs,
                        my_row >= 0 ? 4u : 0u);
-      if (i < 32) cp_async_16(st + kF8StageSA + i * 16, wsc + static_cast<int64_t>(kg) * o.rows_p);
       cp_async_commit();
       ++n;
       fill.advance();
