@@ -20,6 +20,7 @@
 #include "../../src/cuda/engine.h"
 #include "../../src/cuda/heuristics.h"
 #include "../../src/cuda/mx_mma.cuh"
+#include "../../src/cuda/wgmma_fp8.cuh"
 #include "mxmoe/activation_math.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
@@ -2282,6 +2283,30 @@ TEST(Fp8Mode, RefusesWeightsItCannotRepresent) {
       EXPECT_EQ(e.argument(), "weights.w2_scale");
     }
   }
+}
+
+// The FP8 mode's weight codes reach the producer through a TMA map (tensor_map.cu
+// fp8_codes_map) of whole 128-row blocks of whole 128-byte groups, as fp8_weights lays
+// them out; anything else is refused, naming the codes, before the driver sees it.
+TEST(Fp8Mode, CodesMapTakesWholeBlocksAndGroupsOnly) {
+  REQUIRE_FP8_MODE();
+  uint8_t* codes = nullptr;
+  ASSERT_EQ(cudaMalloc(&codes, 256 * 384), cudaSuccess);
+  EXPECT_NO_THROW(cd::fp8_codes_map(codes, 256, 384));
+  struct Bad {
+    const uint8_t* codes;
+    int64_t rows, cols_p;
+  };
+  for (const Bad& b : {Bad{nullptr, 256, 384}, Bad{codes, 200, 384}, Bad{codes, 0, 384},
+                       Bad{codes, 256, 320}, Bad{codes, 256, 0}, Bad{codes, int64_t{1} << 31, 128}}) {
+    try {
+      (void)cd::fp8_codes_map(b.codes, b.rows, b.cols_p);
+      ADD_FAILURE() << "accepted " << b.rows << " rows of " << b.cols_p << " bytes";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "FP8 weight codes") << e.what();
+    }
+  }
+  ASSERT_EQ(cudaFree(codes), cudaSuccess);
 }
 
 }  // namespace
