@@ -10,10 +10,11 @@
 // FP8 accumulation inside the tensor cores never spans more than 128 products.
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
-//   warpgroup 0 (producer): cp.async of each group's 128 weight rows and 128 token rows
-//     (128 bytes each, 128-byte swizzled: the wgmma K-major layout) and their scales into
-//     a ring of kF8Stages stages, published on the stage's `full` mbarrier kF8Lag groups
-//     later (cp.async groups complete in order).
+//   warpgroup 0 (producer): each group's 128 weight rows (one TMA box) and 128 token rows
+//     (cp.async: GEMM1 gathers them by token), 128 bytes each, 128-byte swizzled (the
+//     wgmma K-major layout), and their scales, into a ring of kF8Stages stages; a stage's
+//     `full` mbarrier completes on the TMA bytes and on the producer threads' arrivals
+//     kF8Lag groups later (cp.async groups complete in order).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
