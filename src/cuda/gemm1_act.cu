@@ -931,7 +931,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
     gemm1_fp8_kernel(const Gemm1Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.wmap = &w_map, .w = p.w13f8.codes, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
+  const F8Operands o{.wmap = &w_map, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};

@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.wmap = &w_map, .w = p.w2f8.codes, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
+  const F8Operands o{.wmap = &w_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
   f8_run(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {

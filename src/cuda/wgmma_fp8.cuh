@@ -69,8 +69,7 @@ CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p);
 
 /// What the producer streams.
 struct F8Operands {
-  const CUtensorMap* wmap = nullptr; // the codes' map (fp8_codes_map, a kernel parameter)
-  const uint8_t* w = nullptr;        // codes [E][rows_p][cols_p]
+  const CUtensorMap* wmap = nullptr; // weight codes [E][rows_p][cols_p] (fp8_codes_map, a kernel parameter)
   const float* ws = nullptr;         // scales [E][groups][rows_p]
   int rows_p = 0, groups = 0;
   const uint8_t* b = nullptr;        // staged activation codes [rows][groups * 128]
@@ -90,7 +89,7 @@ inline constexpr uint32_t kF8FullArrivals = 128 + 1;
 /// The ring in dynamic shared memory.
 struct F8Ring {
   uint8_t* stages;   // [kF8Stages][kF8StageBytes], 1024-aligned
-  uint64_t* full;    // [kF8Stages]: 128 producer arrivals and the weight copies' (kF8FullArrivals)
+  uint64_t* full;    // [kF8Stages]: kF8FullArrivals arrivals and the weights' TMA bytes
   uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
 };
