@@ -935,7 +935,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
-  f8_run(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
+  f8_run<false>(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
     // As gemm1_prefill_kernel.
     am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
       f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax);

@@ -253,6 +253,19 @@ size_t fast_smem_bytes(const Gemm2Params& p) {
                                 static_cast<size_t>(sm_bytes), kGemm2ReadyBlocksPerSm);
 }
 
+/// Calls f(narrow, one_row) (std::bool_constant each) for the kernel of GEMM2's 8-row
+/// decode class at `p`'s shape: the one-row kernel at one token (heuristics.h
+/// gemm2_one_row), else the 8-row kernel with or without the narrow B form
+/// (gemm2_narrow_b). The one place that choice is made, for the launch and for the
+/// occupancy query the tests make (gemm2_decode_blocks_per_sm).
+template <class F>
+decltype(auto) with_eight_row_kernel(const Gemm2Params& p, F&& f) {
+  using std::false_type, std::true_type;
+  if (gemm2_one_row(p.tokens)) return f(false_type{}, true_type{});
+  if (gemm2_narrow_b(p.tokens, p.splits)) return f(true_type{}, false_type{});
+  return f(false_type{}, false_type{});
+}
+
 template <int NT, int D, bool kNarrow = false, bool kOneRow = false>
 void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
@@ -301,13 +314,14 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
 // FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
 // rg = 2 rb + wg, every scale already applied in the promotion (no range factor).
 __global__ void __launch_bounds__(kPfThreads, 1)
-    gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map) {
+    gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
+                     const __grid_constant__ CUtensorMap b_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.wmap = &w_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
+  const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
-  f8_run(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
+  f8_run<true>(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
     pf_store_y(p, acc, tile.rb * 2 + wg, tile);
   });
 #endif
@@ -367,7 +381,7 @@ void check_gemm2_prefill_kernels() {
 
 int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
   // The kernel launch_gemm2 picks for 8-row tiles (or one-row ones), with its shared memory.
-  auto blocks_per_sm = [&](auto narrow_c, auto one_row_c) {
+  return with_eight_row_kernel(p, [&](auto narrow_c, auto one_row_c) {
     constexpr bool kNarrow = decltype(narrow_c)::value, kOneRow = decltype(one_row_c)::value;
     const auto kernel = gemm2_fast_kernel<1, 4, kNarrow, kOneRow>;
     const size_t smem = fast_smem_bytes<1, 4, kNarrow, kOneRow>(p);
@@ -375,11 +389,7 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
     int blocks = 0;
     MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
     return blocks;
-  };
-  using std::false_type, std::true_type;
-  if (gemm2_one_row(p.tokens)) return blocks_per_sm(false_type{}, true_type{});
-  return gemm2_narrow_b(p.tokens, p.splits) ? blocks_per_sm(true_type{}, false_type{})
-                                            : blocks_per_sm(false_type{}, false_type{});
+  });
 }
 
 void check_gemm2_fp8_kernel() {
@@ -400,7 +410,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
     MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           kF8SmemBytes));
     gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
-        p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p));
+        p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p),
+        fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p));
     MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
     return;
   }
@@ -430,12 +441,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       // Only a single class follows GEMM1 directly (a second one follows the first).
       q.programmatic = p.programmatic && fast.n == 1;
       if (c.nt == 1) {
-        if (gemm2_one_row(p.tokens))
-          launch_fast<1, 4, false, true>(q, stream);
-        else if (gemm2_narrow_b(p.tokens, p.splits))
-          launch_fast<1, 4, true>(q, stream);
-        else
-          launch_fast<1, 4>(q, stream);
+        with_eight_row_kernel(p, [&](auto narrow_c, auto one_row_c) {
+          launch_fast<1, 4, decltype(narrow_c)::value, decltype(one_row_c)::value>(q, stream);
+        });
       } else if (c.nt == 2) {
         launch_fast<2, 4>(q, stream);
       } else {

@@ -66,10 +66,15 @@ inline void f8_check_registers(const void* kernel, const char* name) {
 /// TMA map of FP8 weight codes [rows][cols_p] (all experts' padded rows), boxes of one
 /// 128-byte group of 128 rows, 128-byte swizzled (tensor_map.cu).
 CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p);
+/// TMA map of `count` staged E4M3 rows of cols_p bytes (GEMM2's intermediate, routed-row
+/// order), boxes of one 128-byte group of a 128-token tile, 128-byte swizzled; rows past
+/// `count` read as zeros (tensor_map.cu).
+CUtensorMap fp8_staged_rows_map(const uint8_t* rows, int64_t count, int64_t cols_p);
 
 /// What the producer streams.
 struct F8Operands {
   const CUtensorMap* wmap = nullptr; // weight codes [E][rows_p][cols_p] (fp8_codes_map, a kernel parameter)
+  const CUtensorMap* bmap = nullptr; // GEMM2: `b` as fp8_staged_rows_map (a kernel parameter)
   const float* ws = nullptr;         // scales [E][groups][rows_p]
   int rows_p = 0, groups = 0;
   const uint8_t* b = nullptr;        // staged activation codes [rows][groups * 128]
@@ -114,8 +119,13 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
 
 /// Producer warpgroup (threads 0..127): per group, thread 0 hands the 128 weight rows (one
 /// TMA box, swizzled as the cp.async copies of the token rows are) and their 128 scales
-/// (one bulk copy) to the TMA engine, and thread i copies 16-byte piece i & 7 of token
-/// rows (i >> 3) + 16m (m < 8) and the scale of token row i.
+/// (one bulk copy) to the TMA engine, and thread i copies the scale of token row i and,
+/// for gathered rows (GEMM1), 16-byte piece i & 7 of token rows (i >> 3) + 16m (m < 8).
+/// kTmaB (GEMM2, contiguous rows, `bmap`): thread 0 copies the tile's 128 token rows as
+/// one more box instead; rows past the expert's are the next expert's or, past the
+/// buffer, zeros, and their scales zeros: their accumulator columns are never stored.
+/// That takes the producer's loop from ~200 instructions per warp and group to ~40.
+template <bool kTmaB>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
@@ -135,7 +145,8 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
     };
     int64_t src[8];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) src[m] = b_row(t.tt * kPfTokens + r0 + 16 * m);
+    for (int m = 0; m < 8; ++m) src[m] = kTmaB ? 0 : b_row(t.tt * kPfTokens + r0 + 16 * m);
+    const int brow0 = off + t.tt * kPfTokens;  // kTmaB: the tile's first row in the map
     const int64_t my_row = b_row(t.tt * kPfTokens + i);
     const int wrow = t.e * o.rows_p + t.rb * kF8Rows;  // the block's first row in the map
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
@@ -145,17 +156,21 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
       uint8_t* st = ring.stages + s * kF8StageBytes;
       if (i == 0) {
         constexpr uint32_t kScaleBytes = kF8Rows * 4;
-        mbar_arrive_expect_tx(&ring.full[s], kF8Rows * kF8Group + kScaleBytes);
+        constexpr uint32_t kBytes = kF8Rows * kF8Group + (kTmaB ? kPfTokens * kF8Group : 0) + kScaleBytes;
+        mbar_arrive_expect_tx(&ring.full[s], kBytes);
         tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
+        if constexpr (kTmaB) tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
         bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
                          &ring.full[s]);
       }
+      if constexpr (!kTmaB) {
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const int r = r0 + 16 * m;
-        const int swz = ((c ^ (r & 7)) << 4);
-        const uint8_t* g = src[m] >= 0 ? o.b + src[m] * bstride + kg * kF8Group + c * 16 : o.b;
-        cp_async_16_zfill(st + kF8StageB + r * kF8Group + swz, g, src[m] >= 0 ? 16u : 0u);
+        for (int m = 0; m < 8; ++m) {
+          const int r = r0 + 16 * m;
+          const int swz = ((c ^ (r & 7)) << 4);
+          const uint8_t* g = src[m] >= 0 ? o.b + src[m] * bstride + kg * kF8Group + c * 16 : o.b;
+          cp_async_16_zfill(st + kF8StageB + r * kF8Group + swz, g, src[m] >= 0 ? 16u : 0u);
+        }
       }
       cp_async_4_zfill(st + kF8StageSB + i * 4, my_row >= 0 ? o.bs + my_row * o.groups + kg : o.bs,
                        my_row >= 0 ? 4u : 0u);
@@ -227,8 +242,9 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
 }
 
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
-/// loop, which hands each tile's accumulator to `epilogue(acc, tile, wg, ring)`.
-template <class Epilogue>
+/// loop, which hands each tile's accumulator to `epilogue(acc, tile, wg, ring)`. kTmaB:
+/// the token rows by TMA (f8_producer; GEMM2).
+template <bool kTmaB, class Epilogue>
 __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const F8Ring ring = f8_ring(dyn_smem);
   const int wg = static_cast<int>(threadIdx.x) / 128;
@@ -238,7 +254,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   // count): 128 x 104 + 256 x 200 = 384 x 168. (Asking for more never returns.)
   if (wg == 0) {
     setmaxnreg_dec<kF8ProducerRegs>();
-    f8_producer(o, ring);
+    f8_producer<kTmaB>(o, ring);
     return;
   }
   setmaxnreg_inc<kF8ConsumerRegs>();

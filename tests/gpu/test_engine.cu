@@ -2309,4 +2309,29 @@ TEST(Fp8Mode, CodesMapTakesWholeBlocksAndGroupsOnly) {
   ASSERT_EQ(cudaFree(codes), cudaSuccess);
 }
 
+// GEMM2's staged intermediate reaches the FP8 producer through a TMA map too (tensor_map.cu
+// fp8_staged_rows_map): any number of routed rows (the last tile's box reads zeros past
+// them), whole 128-byte groups only; anything else is refused, naming the rows.
+TEST(Fp8Mode, StagedRowsMapTakesAnyRowCountAndWholeGroupsOnly) {
+  REQUIRE_FP8_MODE();
+  uint8_t* rows = nullptr;
+  ASSERT_EQ(cudaMalloc(&rows, 200 * 384), cudaSuccess);
+  EXPECT_NO_THROW(cd::fp8_staged_rows_map(rows, 200, 384));
+  EXPECT_NO_THROW(cd::fp8_staged_rows_map(rows, 1, 128));
+  struct Bad {
+    const uint8_t* rows;
+    int64_t count, cols_p;
+  };
+  for (const Bad& b : {Bad{nullptr, 200, 384}, Bad{rows, 0, 384}, Bad{rows, -1, 384}, Bad{rows, 200, 320},
+                       Bad{rows, 200, 0}, Bad{rows, int64_t{1} << 31, 128}}) {
+    try {
+      (void)cd::fp8_staged_rows_map(b.rows, b.count, b.cols_p);
+      ADD_FAILURE() << "accepted " << b.count << " rows of " << b.cols_p << " bytes";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "FP8 staged rows") << e.what();
+    }
+  }
+  ASSERT_EQ(cudaFree(rows), cudaSuccess);
+}
+
 }  // namespace
