@@ -21,6 +21,7 @@
 #include "../../src/cuda/heuristics.h"
 #include "../../src/cuda/mx_mma.cuh"
 #include "../../src/cuda/wgmma_fp8.cuh"
+#include "../expect_invalid.h"
 #include "mxmoe/activation_math.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
@@ -34,6 +35,7 @@
 
 using namespace mxmoe;
 namespace cd = mxmoe::cuda_detail;
+using mxmoe_test::expect_invalid;
 
 namespace {
 
@@ -2299,12 +2301,8 @@ TEST(Fp8Mode, CodesMapTakesWholeBlocksAndGroupsOnly) {
   };
   for (const Bad& b : {Bad{nullptr, 256, 384}, Bad{codes, 200, 384}, Bad{codes, 0, 384},
                        Bad{codes, 256, 320}, Bad{codes, 256, 0}, Bad{codes, int64_t{1} << 31, 128}}) {
-    try {
-      (void)cd::fp8_codes_map(b.codes, b.rows, b.cols_p);
-      ADD_FAILURE() << "accepted " << b.rows << " rows of " << b.cols_p << " bytes";
-    } catch (const InvalidArgument& e) {
-      EXPECT_EQ(e.argument(), "FP8 weight codes") << e.what();
-    }
+    SCOPED_TRACE(std::to_string(b.rows) + " rows of " + std::to_string(b.cols_p) + " bytes");
+    expect_invalid([&] { (void)cd::fp8_codes_map(b.codes, b.rows, b.cols_p); }, "FP8 weight codes");
   }
   ASSERT_EQ(cudaFree(codes), cudaSuccess);
 }
@@ -2324,12 +2322,8 @@ TEST(Fp8Mode, StagedRowsMapTakesAnyRowCountAndWholeGroupsOnly) {
   };
   for (const Bad& b : {Bad{nullptr, 200, 384}, Bad{rows, 0, 384}, Bad{rows, -1, 384}, Bad{rows, 200, 320},
                        Bad{rows, 200, 0}, Bad{rows, int64_t{1} << 31, 128}}) {
-    try {
-      (void)cd::fp8_staged_rows_map(b.rows, b.count, b.cols_p);
-      ADD_FAILURE() << "accepted " << b.count << " rows of " << b.cols_p << " bytes";
-    } catch (const InvalidArgument& e) {
-      EXPECT_EQ(e.argument(), "FP8 staged rows") << e.what();
-    }
+    SCOPED_TRACE(std::to_string(b.count) + " rows of " + std::to_string(b.cols_p) + " bytes");
+    expect_invalid([&] { (void)cd::fp8_staged_rows_map(b.rows, b.count, b.cols_p); }, "FP8 staged rows");
   }
   ASSERT_EQ(cudaFree(rows), cudaSuccess);
 }
