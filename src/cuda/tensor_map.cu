@@ -26,9 +26,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   if (fn == nullptr) throw CudaError("cuTensorMapEncodeTiled is not available from the driver");
   return fn;
 }
-}  // namespace
 
-namespace {
 /// The one encoder call behind every map here: a 2-D map over `rows` rows of `row_elems`
 /// elements of `type`, `row_bytes` apart, boxes of box_elems x box_rows, 128-byte swizzle
 /// (the wgmma K-major layout; box_elems spans 128 bytes), rows past the end read as zeros.
