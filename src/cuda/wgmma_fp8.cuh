@@ -11,10 +11,10 @@
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
 //   warpgroup 0 (producer): each group's 128 weight rows (one TMA box) and 128 token rows
-//     (cp.async: GEMM1 gathers them by token), 128 bytes each, 128-byte swizzled (the
-//     wgmma K-major layout), and their scales, into a ring of kF8Stages stages; a stage's
-//     `full` mbarrier completes on the TMA bytes and on the producer threads' arrivals
-//     kF8Lag groups later (cp.async groups complete in order).
+//     (cp.async in GEMM1, which gathers them by token; one more TMA box in GEMM2), 128
+//     bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales, into a
+//     ring of kF8Stages stages; a stage's `full` mbarrier completes on the TMA bytes and on
+//     the producer threads' arrivals kF8Lag groups later (cp.async groups complete in order).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
@@ -94,7 +94,7 @@ inline constexpr uint32_t kF8FullArrivals = 128 + 1;
 /// The ring in dynamic shared memory.
 struct F8Ring {
   uint8_t* stages;   // [kF8Stages][kF8StageBytes], 1024-aligned
-  uint64_t* full;    // [kF8Stages]: kF8FullArrivals arrivals and the weights' TMA bytes
+  uint64_t* full;    // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes (weights; GEMM2's token rows)
   uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
 };
