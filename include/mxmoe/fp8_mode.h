@@ -18,6 +18,14 @@
 // in the tensor cores; their FP8 accumulation over 128 K and its promotion to fp32 belong
 // to the kernels (wgmma_fp8.cuh), measured end to end in docs/FP8_MODE.md.
 //
+// Row form (weights only): where every used block of a weight row lies within
+// kMaxRowSpread binades of the row's largest byte B, the row takes ONE scale for all of K,
+// R = B - kRowHeadroom, and codes e2m1(c) * 2^(b - R): b - R in [-8, 6] keeps every E2M1
+// value on the E4M3 grid (6 * 2^6 = 384 <= 448; 0.5 * 2^-8 = 2^-9). The promotion then
+// multiplies by the activation scale alone and the row scale is applied once per tile
+// (wgmma_fp8.cuh): the same products, and in fp32 the same sums times a power of two, so
+// the results equal the group form's while the fp32 values stay in the normal range.
+//
 // Host and device functions: the load-time weight conversion (layer.cu fp8_weights) and
 // the activation staging kernel (stage_fp8.cu) share them with the tests.
 #pragma once
@@ -34,6 +42,12 @@ inline constexpr int kGroup = 128;
 inline constexpr int kBlocksPerGroup = kGroup / kMxBlock;  // MX blocks per group
 /// Largest weight scale spread (group byte minus block byte) converted exactly.
 inline constexpr int kMaxWeightSpread = 8;
+
+/// Row form: binades between a row's largest byte and its one scale (E4M3 holds
+/// e2m1 * 2^k exactly for k <= 6), and the largest spread of a row's used bytes it holds
+/// exactly (k >= -8 as for kMaxWeightSpread).
+inline constexpr int kRowHeadroom = 6;
+inline constexpr int kMaxRowSpread = kRowHeadroom + kMaxWeightSpread;
 
 /// Group scale byte of `n` MX blocks: the largest byte of the blocks that are `used`
 /// (all when `used` is null), 0xFF (NaN) when a used block's byte is 0xFF, 0 when none
@@ -60,6 +74,17 @@ MXMOE_HD uint8_t weight_code(uint8_t c, uint8_t block_byte, uint8_t group_byte) 
   if (d > 30) return sign;  // refused inputs only (rounds to +-0)
   // e2m1(c) * 2^-d by exact float scaling, then the (exact) E4M3 encode.
   const float v = fmt::e2m1_to_float(static_cast<uint8_t>(c & 7)) * fmt::e8m0_to_float(static_cast<uint8_t>(127 - d));
+  return sign | fmt::float_to_e4m3_sw(v);
+}
+
+/// Row form: the E4M3 code of e2m1(c) * 2^(block_byte - row_exp), the row's exponent
+/// row_exp = its largest used byte - kRowHeadroom (an int: it may be below 0). Exact while
+/// block_byte - row_exp lies in [-8, kRowHeadroom] (weights_fit_row_form).
+MXMOE_HD uint8_t weight_row_code(uint8_t c, uint8_t block_byte, int row_exp) {
+  const uint8_t sign = (c & 8) ? 0x80 : 0x00;
+  const int d = static_cast<int>(block_byte) - row_exp;
+  if (d < -30 || d > kRowHeadroom) return sign;  // refused inputs only
+  const float v = fmt::e2m1_to_float(static_cast<uint8_t>(c & 7)) * fmt::e8m0_to_float(static_cast<uint8_t>(127 + d));
   return sign | fmt::float_to_e4m3_sw(v);
 }
 
@@ -121,6 +146,52 @@ inline bool weights_fit_fp8_mode(const uint8_t* packed, const uint8_t* scales, i
           return false;
         }
     }
+  return true;
+}
+
+/// Row form of one weight row (`nb` blocks: packed bytes, scale bytes): its largest used
+/// byte (weight_block_used) in `max_byte` (0 when none is used), and whether every used
+/// block lies within kMaxRowSpread of it. A used NaN byte makes the row NaN (nan_row), as
+/// it makes the reference's row NaN; such a row fits (its codes do not matter).
+struct RowForm {
+  uint8_t max_byte = 0;
+  bool nan_row = false;
+  bool fits = true;
+  int worst_block = -1;  // the first block beyond the spread, when !fits
+  /// The row's exponent: max_byte - kRowHeadroom (weight_row_code).
+  int row_exp() const { return static_cast<int>(max_byte) - kRowHeadroom; }
+};
+inline RowForm row_form_of(const uint8_t* packed, const uint8_t* scales, int64_t nb) {
+  RowForm f;
+  for (int64_t i = 0; i < nb; ++i) {
+    if (!weight_block_used(packed + i * (kMxBlock / 2), scales[i])) continue;
+    if (scales[i] == fmt::kE8m0Nan) f.nan_row = true;
+    else if (scales[i] > f.max_byte) f.max_byte = scales[i];
+  }
+  if (f.nan_row) return f;
+  for (int64_t i = 0; i < nb && f.fits; ++i)
+    if (weight_block_used(packed + i * (kMxBlock / 2), scales[i]) && f.max_byte - scales[i] > kMaxRowSpread) {
+      f.fits = false;
+      f.worst_block = static_cast<int>(i);
+    }
+  return f;
+}
+
+/// Whether an MXFP4 matrix (as weights_fit_fp8_mode) can take the row form: every row's
+/// used bytes within kMaxRowSpread of its largest. False with the first offender in `why`.
+inline bool weights_fit_row_form(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                                 int64_t K, std::string* why) {
+  const int64_t nb = K / kMxBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowForm f = row_form_of(packed + r * (K / 2), scales + r * nb, nb);
+    if (f.fits) continue;
+    if (why != nullptr)
+      *why = "row " + std::to_string(r) + ": block " + std::to_string(f.worst_block) + "'s scale byte " +
+             std::to_string(scales[r * nb + f.worst_block]) + " lies " +
+             std::to_string(f.max_byte - scales[r * nb + f.worst_block]) + " binades below the row's " +
+             std::to_string(f.max_byte) + " (the row form holds at most " + std::to_string(kMaxRowSpread) + ")";
+    return false;
+  }
   return true;
 }
 

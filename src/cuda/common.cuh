@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "mxmoe/error.h"
 
 namespace mxmoe::cuda_detail {
@@ -53,6 +55,12 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   cfg.attrs = &attr;
   cfg.numAttrs = programmatic ? 1 : 0;
   MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+/// Calls f(std::bool_constant<b>{}): a runtime flag to a kernel's template argument.
+template <class F>
+decltype(auto) with_bool(bool b, F&& f) {
+  return b ? f(std::true_type{}) : f(std::false_type{});
 }
 
 /// Makes `dev` the current device for a scope (a layer lives on its own device whatever

@@ -70,6 +70,9 @@ std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts,
 // one fp32 power-of-two scale per row and 128-K group, made at load time:
 //   codes [E][rows_p][cols_p] u8 (row-major, K contiguous, zero-padded)
 //   scale [E][groups][rows_p] f32 (a group's 128 consecutive rows are one 512-byte copy)
+// or, in the row form (fp8_mode.h; where every row's scale spread fits it), one scale per
+// row for all of K, relative to the matrix's largest row exponent row_exp_ref:
+//   scale [E][rows_p] f32 = 2^(row_exp - row_exp_ref)
 // rows_p = rows rounded up to kF8Rows (the kernel's row block), cols_p = groups * 128.
 // W13 rows are reordered (`gate_up`) so that each 16 rows hold the gate rows of 8
 // intermediate columns followed by their up rows: a wgmma accumulator thread then holds
@@ -79,16 +82,22 @@ std::vector<uint8_t> special_scale_groups(const uint8_t* scale, int64_t experts,
 inline constexpr int kF8Rows = 128;
 struct Fp8Dims {
   int64_t rows = 0, rows_p = 0, cols = 0, cols_p = 0, groups = 0;
+  bool row_form = false;  // fp8_weights' choice
+  int row_exp_ref = 0;    // row form: the largest row exponent (StageFp8Params.scale_shift)
 };
+/// Which form fp8_weights makes: the row form where it fits (kAuto), or one of them.
+enum class Fp8FormChoice { kAuto, kGroup, kRow };
 Fp8Dims fp8_dims(int64_t rows, int64_t cols);
 /// Kernel-layout row held at FP8 row `r` (identity unless gate_up).
 int64_t fp8_source_row(int64_t r, bool gate_up);
-/// Row-major MXFP4 (kernel layout) -> the FP8-mode layout above, exact; throws
-/// InvalidArgument(argument) naming the expert, row and group when a group's scale
-/// spread is beyond fp8mode::kMaxWeightSpread (weights_fit_fp8_mode).
-void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
-                 int64_t cols, bool gate_up, const char* argument, std::vector<uint8_t>& codes,
-                 std::vector<float>& scales);
+/// Row-major MXFP4 (kernel layout) -> the FP8-mode layout above, exact, with the form
+/// taken in the returned dims. Throws InvalidArgument(argument) naming the expert, row and
+/// group when the weights fit neither form (a group's spread beyond
+/// fp8mode::kMaxWeightSpread and a row's beyond kMaxRowSpread), Unsupported when kRow is
+/// asked for and does not fit.
+Fp8Dims fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                    int64_t cols, bool gate_up, Fp8FormChoice choice, const char* argument,
+                    std::vector<uint8_t>& codes, std::vector<float>& scales);
 /// Throw Error unless this binary's FP8-mode GEMM1 / GEMM2 kernel can run its register
 /// split (wgmma_fp8.cuh f8_check_registers); the layer calls both once when it is built.
 void check_gemm1_fp8_kernel();
@@ -99,8 +108,9 @@ void check_gemm1_prefill_kernels();
 void check_gemm2_prefill_kernels();
 struct Fp8MatView {
   const uint8_t* codes = nullptr;
-  const float* scale = nullptr;
+  const float* scale = nullptr;  // per row and group, or per row (row_scale)
   int rows = 0, rows_p = 0, cols_p = 0, groups = 0;
+  bool row_scale = false;        // the row form (Fp8Dims::row_form)
 };
 
 // ---------------------------------------------------------------- workspace
@@ -340,7 +350,7 @@ struct StageBf16Params {
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
 /// FP8-mode operand staging (stage_fp8.cu): MXFP8 rows (E4M3 codes + E8M0 scale per 32)
 /// -> E4M3 codes under one scale per 128 of K (fp8mode::activation_code), zero-padded to
-/// `stride` = groups * 128, and dst_scale[row][group] = 2^(group byte - 127).
+/// `stride` = groups * 128, and dst_scale[row][group] = 2^(group byte - 127 + scale_shift).
 struct StageFp8Params {
   const uint8_t* src = nullptr;        // [rows][cols] e4m3 codes
   const uint8_t* scale = nullptr;      // [rows][cols/32]
@@ -349,6 +359,9 @@ struct StageFp8Params {
   int64_t cols = 0, stride = 0;
   uint8_t* dst = nullptr;              // [rows][stride]
   float* dst_scale = nullptr;          // [rows][stride/128]
+  /// Binades added to every staged scale: the consuming weights' row_exp_ref - 127 in the
+  /// row form (engine.h Fp8Dims), 0 in the group form.
+  int scale_shift = 0;
 };
 void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// CTAs of a prefill launch: `per_sm` per SM of the current device (or fewer with the

@@ -926,7 +926,9 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
 }
 #endif
 
-template <int kAct>  // one kernel per activation kind (am::with_activation_kind)
+// One kernel per activation kind (am::with_activation_kind) and weight form (kRowScale:
+// the row form, engine.h fp8_weights).
+template <int kAct, bool kRowScale>
 __global__ void __launch_bounds__(kPfThreads, 1)
     gemm1_fp8_kernel(const Gemm1Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
@@ -935,7 +937,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
-  f8_run<false>(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
+  f8_run<false, kRowScale>(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
     // As gemm1_prefill_kernel.
     am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
       f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax);
@@ -968,7 +970,8 @@ void for_each_activation_kind(F&& f) {
 
 void check_gemm1_fp8_kernel() {
   for_each_activation_kind([&](auto k) {
-    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value>), "gemm1_fp8_kernel");
+    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, false>), "gemm1_fp8_kernel");
+    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, true>), "gemm1_fp8_kernel");
   });
 }
 
@@ -1001,12 +1004,13 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
                     "Gemm1Params.xf", "the FP8 mode needs the staged x and its scales, the FP8 "
                     "weights and an MXFP8 intermediate");
     am::with_activation_kind(p.activation, [&](auto kind) {
-      constexpr int kAct = decltype(kind)::value;
-      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm1_fp8_kernel<kAct>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
-      gemm1_fp8_kernel<kAct><<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
-          p, fp8_codes_map(p.w13f8.codes, int64_t{p.num_local} * p.w13f8.rows_p, p.w13f8.cols_p));
-      MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
+      with_bool(p.w13f8.row_scale, [&](auto row_c) {
+        const auto kernel = gemm1_fp8_kernel<decltype(kind)::value, decltype(row_c)::value>;
+        MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
+        kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+            p, fp8_codes_map(p.w13f8.codes, int64_t{p.num_local} * p.w13f8.rows_p, p.w13f8.cols_p));
+        MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
+      });
     });
     return;
   }

@@ -312,7 +312,9 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
 #endif
 
 // FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
-// rg = 2 rb + wg, every scale already applied in the promotion (no range factor).
+// rg = 2 rb + wg, every scale already applied (no range factor). kRowScale: the weights'
+// row form (engine.h fp8_weights).
+template <bool kRowScale>
 __global__ void __launch_bounds__(kPfThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
                      const __grid_constant__ CUtensorMap b_map) {
@@ -321,7 +323,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
-  f8_run<true>(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
+  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
     pf_store_y(p, acc, tile.rb * 2 + wg, tile);
   });
 #endif
@@ -393,7 +395,8 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
 }
 
 void check_gemm2_fp8_kernel() {
-  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel), "gemm2_fp8_kernel");
+  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel<false>), "gemm2_fp8_kernel");
+  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel<true>), "gemm2_fp8_kernel");
 }
 
 // GEMM2's 8-row decode class has 4 stages at every M (heuristics.h fast_depth): its
@@ -407,12 +410,14 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                         p.splits == 1 && p.w2f8.rows_p % kF8Rows == 0,
                     "Gemm2Params.if8", "the FP8 mode needs the staged intermediate and its "
                     "scales, the FP8 weights and no split");
-    MXMOE_CUDA_CHECK(cudaFuncSetAttribute(gemm2_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          kF8SmemBytes));
-    gemm2_fp8_kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
-        p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p),
-        fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p));
-    MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
+    with_bool(p.w2f8.row_scale, [&](auto row_c) {
+      const auto kernel = gemm2_fp8_kernel<decltype(row_c)::value>;
+      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
+      kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+          p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p),
+          fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p));
+      MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
+    });
     return;
   }
   if (p.prefill) {

@@ -86,8 +86,11 @@ bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) %
 cuda_detail::Fp8MatView fp8_view(const DevPtr& codes, const DevPtr& scales, const cuda_detail::Fp8Dims& d) {
   return {static_cast<const uint8_t*>(codes.get()), static_cast<const float*>(scales.get()),
           static_cast<int>(d.rows), static_cast<int>(d.rows_p), static_cast<int>(d.cols_p),
-          static_cast<int>(d.groups)};
+          static_cast<int>(d.groups), d.row_form};
 }
+
+/// The activations' staged scales carry the row form's reference exponent (engine.h).
+int fp8_scale_shift(const cuda_detail::Fp8Dims& d) { return d.row_form ? d.row_exp_ref - 127 : 0; }
 
 }  // namespace
 
@@ -218,19 +221,65 @@ int64_t fp8_source_row(int64_t r, bool gate_up) {
   return 64 * j + (i < 8 ? 8 * w + i : 32 + 8 * w + (i - 8));
 }
 
-void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
-                 int64_t cols, bool gate_up, const char* argument, std::vector<uint8_t>& codes,
-                 std::vector<float>& scales) {
-  const Fp8Dims d = fp8_dims(rows, cols);
+Fp8Dims fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, int64_t rows,
+                    int64_t cols, bool gate_up, Fp8FormChoice choice, const char* argument,
+                    std::vector<uint8_t>& codes, std::vector<float>& scales) {
+  Fp8Dims d = fp8_dims(rows, cols);
   const int64_t nb = cols / kMxBlock;
+  const auto packed_of = [&](int64_t e) { return packed + e * rows * (cols / 2); };
+  const auto scale_of = [&](int64_t e) { return scale + e * rows * nb; };
+  // The row form where every row of every expert fits it (fp8_mode.h), else the group form.
+  std::string why_row;
+  int64_t e_row = -1;  // the first expert that does not fit the row form
+  for (int64_t e = 0; e < experts && e_row < 0 && choice != Fp8FormChoice::kGroup; ++e)
+    if (!fp8mode::weights_fit_row_form(packed_of(e), scale_of(e), rows, cols, &why_row)) e_row = e;
+  d.row_form = choice != Fp8FormChoice::kGroup && e_row < 0;
+  if (choice == Fp8FormChoice::kRow && !d.row_form)
+    throw Unsupported(detail::cat(argument, ": local expert ", e_row, " ", why_row,
+                                  " (MXMOE_F8_ROW=1 demands the FP8 mode's row form)"));
+  const auto code_of = [&](const uint8_t* pr, int64_t col) {
+    return static_cast<uint8_t>((pr[col / 2] >> (4 * (col % 2))) & 0xF);
+  };
   codes.assign(static_cast<size_t>(experts * d.rows_p * d.cols_p), 0u);
+  if (d.row_form) {
+    // Row scales relative to the matrix's largest row exponent (<= 1, so the fp32
+    // accumulator stays at or above the group form's scale); the activations' staged
+    // scales carry 2^(row_exp_ref - 127) instead (StageFp8Params.scale_shift).
+    d.row_exp_ref = -fp8mode::kRowHeadroom;  // a row of zeros' exponent
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t r = 0; r < rows; ++r)
+        d.row_exp_ref = std::max(d.row_exp_ref,
+                                 fp8mode::row_form_of(packed_of(e) + r * (cols / 2), scale_of(e) + r * nb, nb).row_exp());
+    scales.assign(static_cast<size_t>(experts * d.rows_p), 0.0f);
+    for (int64_t e = 0; e < experts; ++e)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t src = fp8_source_row(r, gate_up);
+        const uint8_t* pr = packed_of(e) + src * (cols / 2);
+        const uint8_t* sr = scale_of(e) + src * nb;
+        const fp8mode::RowForm f = fp8mode::row_form_of(pr, sr, nb);
+        scales[static_cast<size_t>(e * d.rows_p + r)] =
+            f.nan_row ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, f.row_exp() - d.row_exp_ref);
+        uint8_t* cr = codes.data() + (e * d.rows_p + r) * d.cols_p;
+        for (int64_t b = 0; b < nb; ++b) {
+          if (f.nan_row || !fp8mode::weight_block_used(pr + b * 16, sr[b])) continue;
+          for (int k = 0; k < kMxBlock; ++k) {
+            const int64_t col = b * kMxBlock + k;
+            cr[col] = fp8mode::weight_row_code(code_of(pr, col), sr[b], f.row_exp());
+          }
+        }
+      }
+    return d;
+  }
   scales.assign(static_cast<size_t>(experts * d.groups * d.rows_p), 0.0f);
   for (int64_t e = 0; e < experts; ++e) {
     std::string why;
-    const uint8_t* pe = packed + e * rows * (cols / 2);
-    const uint8_t* se = scale + e * rows * nb;
+    const uint8_t* pe = packed_of(e);
+    const uint8_t* se = scale_of(e);
     if (!fp8mode::weights_fit_fp8_mode(pe, se, rows, cols, &why))
       throw InvalidArgument(argument, detail::cat("local expert ", e, " ", why,
+                                                  e_row >= 0 ? detail::cat("; nor do the weights fit the row form (local expert ",
+                                                                           e_row, " ", why_row, ")")
+                                                             : std::string(),
                                                   ": use precision exact for these weights"));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t src = fp8_source_row(r, gate_up);
@@ -247,12 +296,12 @@ void fp8_weights(const uint8_t* packed, const uint8_t* scale, int64_t experts, i
         for (int i = 0; i < n; ++i)
           for (int k = 0; k < kMxBlock; ++k) {
             const int64_t col = (b0 + i) * kMxBlock + k;
-            const uint8_t c = static_cast<uint8_t>((pr[col / 2] >> (4 * (col % 2))) & 0xF);
-            cr[col] = used[i] ? fp8mode::weight_code(c, sr[b0 + i], gb) : uint8_t{0};
+            cr[col] = used[i] ? fp8mode::weight_code(code_of(pr, col), sr[b0 + i], gb) : uint8_t{0};
           }
       }
     }
   }
+  return d;
 }
 
 WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
@@ -453,16 +502,19 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     check_range(weights.w2_scale, K, N, "weights.w2_scale");
     check_gemm1_fp8_kernel();
     check_gemm2_fp8_kernel();
+    // MXMOE_F8_ROW=0 / 1: a test knob that forces the group form / demands the row form
+    // (fp8_mode.h); unset, each matrix takes the row form where it fits.
+    Fp8FormChoice form = Fp8FormChoice::kAuto;
+    if (const char* v = std::getenv("MXMOE_F8_ROW"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
+      form = v[0] == '0' ? Fp8FormChoice::kGroup : Fp8FormChoice::kRow;
     std::vector<uint8_t> codes;
     std::vector<float> scales;
-    s.f13 = fp8_dims(2 * N, K);
-    fp8_weights(weights.w13_packed.data(), weights.w13_scale.data(), s.num_local, 2 * N, K, true,
-                "weights.w13_scale", codes, scales);
+    s.f13 = fp8_weights(weights.w13_packed.data(), weights.w13_scale.data(), s.num_local, 2 * N, K,
+                        true, form, "weights.w13_scale", codes, scales);
     s.w13c = upload(codes);
     s.w13g = upload(scales);
-    s.f2 = fp8_dims(K, N);
-    fp8_weights(weights.w2_packed.data(), weights.w2_scale.data(), s.num_local, K, N, false,
-                "weights.w2_scale", codes, scales);
+    s.f2 = fp8_weights(weights.w2_packed.data(), weights.w2_scale.data(), s.num_local, K, N, false,
+                       form, "weights.w2_scale", codes, scales);
     s.w2c = upload(codes);
     s.w2g = upload(scales);
   }
@@ -641,7 +693,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   if (fp8) {
     fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = M, .cols = K,
                         .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
-                        .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale)};
+                        .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale),
+                        .scale_shift = fp8_scale_shift(s.f13)};
     launch_stage_fp8(fx, st);
   }
   if (prefill) {
@@ -754,7 +807,8 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                             .rows = M * k, .live_rows = pp.offsets + pp.num_local,
                             .cols = N, .stride = s.f2.cols_p,
                             .dst = reinterpret_cast<uint8_t*>(ws + L.if8),
-                            .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale)};
+                            .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale),
+                            .scale_shift = fp8_scale_shift(s.f2)};
     launch_stage_fp8(fi, st);
     g2.fp8 = true;
     g2.splits = 1;

@@ -8,7 +8,8 @@
 // fp8mode::activation_code(c, t, T): while the result stays in E4M3's normal range it is
 // the same code with its exponent lowered by T - t (exact, the fast path here); below it
 // rounds onto the subnormal grid (the mode's bounded error). Codes past `cols` are zeros
-// up to `stride`; dst_scale holds 2^(T - 127) as fp32.
+// up to `stride`; dst_scale holds 2^(T - 127 + scale_shift) as fp32 (the shift carries
+// the row form's reference exponent, engine.h Fp8Dims).
 #include "common.cuh"
 #include "engine.h"
 #include "mxmoe/formats.h"
@@ -77,7 +78,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_fp8_kernel(const Sta
     }
     *reinterpret_cast<uint4*>(p.dst + row * p.stride + g0 * fp8mode::kGroup + 16 * lane) =
         make_uint4(w[0], w[1], w[2], w[3]);
-    if (lane % 8 == 0) p.dst_scale[row * groups + grp] = fmt::e8m0_to_float(T);
+    // 2^(T - 127 + shift), exact down to fp32's smallest subnormal (ldexpf; shift 0 gives
+    // e8m0_to_float(T)); NaN stays NaN.
+    if (lane % 8 == 0)
+      p.dst_scale[row * groups + grp] = T == fmt::kE8m0Nan ? fmt::e8m0_to_float(T)
+                                                          : ldexpf(1.0f, static_cast<int>(T) - 127 + p.scale_shift);
   }
 }
 

@@ -2,18 +2,22 @@
 // shared by GEMM1 and GEMM2: a persistent, warp-specialized grouped GEMM on Hopper's FP8
 // tensor cores over (expert, 128-token tile, 128-row block) tiles.
 //
-// Operands: weights as E4M3 codes with one fp32 scale per row and 128-K group (engine.h,
-// fp8_weights, made at load time); activations as E4M3 codes with one scale per token and
-// group (stage_fp8.cu). Per group, each consumer warpgroup runs 4 wgmma m64n128k32 (both
-// operands in shared memory) into a scratch accumulator, then promotes it into its fp32
-// accumulator with the two group scales: acc += (scratch * s_w[row]) * s_x[token]. So the
-// FP8 accumulation inside the tensor cores never spans more than 128 products.
+// Operands: weights as E4M3 codes with one fp32 scale per row and 128-K group, or per row
+// in the row form (engine.h fp8_weights, made at load time); activations as E4M3 codes with
+// one scale per token and group (stage_fp8.cu). Per group, each consumer warpgroup runs 4
+// wgmma m64n128k32 (both operands in shared memory) into a scratch accumulator, then
+// promotes it into its fp32 accumulator: acc += (scratch * s_w[row]) * s_x[token], or in
+// the row form acc += scratch * s_x[token] and acc *= s_w[row] once after the last group
+// (one FFMA per element and group instead of FMUL + FFMA; the promotion was ~21% of the
+// consumers' issue slots). So the FP8 accumulation inside the tensor cores never spans
+// more than 128 products.
 //
 // CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
 //   warpgroup 0 (producer): each group's 128 weight rows (one TMA box) and 128 token rows
 //     (cp.async in GEMM1, which gathers them by token; one more TMA box in GEMM2), 128
 //     bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales, into a
-//     ring of kF8Stages stages; a stage's `full` mbarrier completes on the TMA bytes and on
+//     ring of kF8Stages stages (the row scales are read by the consumers once per tile
+//     instead); a stage's `full` mbarrier completes on the TMA bytes and on
 //     the producer threads' arrivals kF8Lag groups later (cp.async groups complete in order).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
@@ -75,7 +79,7 @@ CUtensorMap fp8_staged_rows_map(const uint8_t* rows, int64_t count, int64_t cols
 struct F8Operands {
   const CUtensorMap* wmap = nullptr; // weight codes [E][rows_p][cols_p] (fp8_codes_map, a kernel parameter)
   const CUtensorMap* bmap = nullptr; // GEMM2: `b` as fp8_staged_rows_map (a kernel parameter)
-  const float* ws = nullptr;         // scales [E][groups][rows_p]
+  const float* ws = nullptr;         // scales [E][groups][rows_p], or [E][rows_p] (kRowScale)
   int rows_p = 0, groups = 0;
   const uint8_t* b = nullptr;        // staged activation codes [rows][groups * 128]
   const float* bs = nullptr;         // their scales [rows][groups]
@@ -125,7 +129,8 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
 /// one more box instead; rows past the expert's are the next expert's or, past the
 /// buffer, zeros, and their scales zeros: their accumulator columns are never stored.
 /// That takes the producer's loop from ~200 instructions per warp and group to ~70.
-template <bool kTmaB>
+/// kRowScale (the row form): no weight scales per group.
+template <bool kTmaB, bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
@@ -155,13 +160,14 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
       if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kF8StageBytes;
       if (i == 0) {
-        constexpr uint32_t kScaleBytes = kF8Rows * 4;
+        constexpr uint32_t kScaleBytes = kRowScale ? 0 : kF8Rows * 4;
         constexpr uint32_t kBytes = kF8Rows * kF8Group + (kTmaB ? kPfTokens * kF8Group : 0) + kScaleBytes;
         mbar_arrive_expect_tx(&ring.full[s], kBytes);
         tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
         if constexpr (kTmaB) tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
-        bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
-                         &ring.full[s]);
+        if constexpr (!kRowScale)
+          bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
+                           &ring.full[s]);
       }
       if constexpr (!kTmaB) {
 #pragma unroll
@@ -197,7 +203,9 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = weight rows
 /// [64 wg, 64 wg + 64) of the block x 128 tokens over all groups, in the layout of
 /// wgmma_m64n128k16_rs (warp w, lane (g, t): acc[4j + 2h + c] = row 16w + 8h + g, token
-/// 8j + 2t + c), every group's scales applied.
+/// 8j + 2t + c), every group's scales applied; kRowScale: the activation scales only
+/// (f8_apply_row_scale adds the row's).
+template <bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -220,19 +228,20 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     wgmma_commit();
     const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
     const float* sb = reinterpret_cast<const float*>(st + kF8StageSB);
-    const float sw0 = sa[arow], sw1 = sa[arow + 8];
+    const float sw0 = kRowScale ? 1.0f : sa[arow], sw1 = kRowScale ? 1.0f : sa[arow + 8];
     wgmma_wait<0>();
     acc_fence(part);
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
     // first product stays finite wherever the result is; s_x * s_w could overflow to Inf
-    // (activation byte 254) and turn a zero sum into NaN. Same cost.
+    // (activation byte 254) and turn a zero sum into NaN. Same cost. The row form has no
+    // s_w here (the compiler drops the multiplications by 1).
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
-      acc[4 * j + 0] = fmaf(part[4 * j + 0] * sw0, sx.x, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(part[4 * j + 1] * sw0, sx.y, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(part[4 * j + 2] * sw1, sx.x, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(part[4 * j + 3] * sw1, sx.y, acc[4 * j + 3]);
+      acc[4 * j + 0] = fmaf(kRowScale ? part[4 * j + 0] : part[4 * j + 0] * sw0, sx.x, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(kRowScale ? part[4 * j + 1] : part[4 * j + 1] * sw0, sx.y, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(kRowScale ? part[4 * j + 2] : part[4 * j + 2] * sw1, sx.x, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(kRowScale ? part[4 * j + 3] : part[4 * j + 3] * sw1, sx.y, acc[4 * j + 3]);
     }
     // The stage goes back once the wgmmas (which read it asynchronously) and the scale
     // reads are done.
@@ -241,10 +250,25 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   }
 }
 
+/// The row form's scale, once per tile: acc of weight rows arow, arow + 8 (f8_mainloop's
+/// layout) times their row scales (engine.h fp8_weights: 2^(row_exp - row_exp_ref), or NaN).
+__device__ __forceinline__ void f8_apply_row_scale(float (&acc)[64], const F8Operands& o, const PfTile& tile, int wg) {
+  const int warp = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2;
+  const float* rs = o.ws + static_cast<int64_t>(tile.e) * o.rows_p + tile.rb * kF8Rows + 64 * wg + 16 * warp + g;
+  const float s0 = rs[0], s1 = rs[8];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    acc[4 * j + 0] *= s0;
+    acc[4 * j + 1] *= s0;
+    acc[4 * j + 2] *= s1;
+    acc[4 * j + 3] *= s1;
+  }
+}
+
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
 /// loop, which hands each tile's accumulator to `epilogue(acc, tile, wg, ring)`. kTmaB:
-/// the token rows by TMA (f8_producer; GEMM2).
-template <bool kTmaB, class Epilogue>
+/// the token rows by TMA (f8_producer; GEMM2). kRowScale: the weights' row form.
+template <bool kTmaB, bool kRowScale, class Epilogue>
 __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   const F8Ring ring = f8_ring(dyn_smem);
   const int wg = static_cast<int>(threadIdx.x) / 128;
@@ -254,7 +278,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   // count): 128 x 104 + 256 x 200 = 384 x 168. (Asking for more never returns.)
   if (wg == 0) {
     setmaxnreg_dec<kF8ProducerRegs>();
-    f8_producer<kTmaB>(o, ring);
+    f8_producer<kTmaB, kRowScale>(o, ring);
     return;
   }
   setmaxnreg_inc<kF8ConsumerRegs>();
@@ -264,7 +288,8 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti, at);
     if (tile.e < 0) break;
     float acc[64];
-    f8_mainloop(acc, ring, cur, o.groups, wg - 1);
+    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
+    if constexpr (kRowScale) f8_apply_row_scale(acc, o, tile, wg - 1);
     epilogue(acc, tile, wg - 1, ring);
   }
 }

@@ -63,6 +63,59 @@ TEST(Fp8Mode, WeightCodesExactForEveryCodeByteAndSpreadUpToTheBound) {
   EXPECT_TRUE(std::isnan(e4m3_value(f8::weight_code(3, 120, fmt::kE8m0Nan))));
 }
 
+// The row form: every code of a block with byte b under a row whose largest byte is B,
+// B - b in [0, kMaxRowSpread], times the row scale 2^(B - kRowHeadroom - 127), is the
+// MXFP4 value exactly (bytes down to 0: the row exponent may be negative).
+TEST(Fp8Mode, RowFormWeightCodesExactWithinTheRowSpread) {
+  for (int c = 0; c < 16; ++c)
+    for (int B = 0; B <= 254; ++B)
+      for (int d = 0; d <= f8::kMaxRowSpread && d <= B; ++d) {
+        const int row_exp = B - f8::kRowHeadroom;
+        const uint8_t w = f8::weight_row_code(static_cast<uint8_t>(c), static_cast<uint8_t>(B - d), row_exp);
+        const double got = e4m3_value(w) * std::ldexp(1.0, row_exp - 127);
+        const double want = e2m1_value(static_cast<uint8_t>(c)) * std::ldexp(1.0, B - d - 127);
+        ASSERT_EQ(got, want) << "code " << c << " row byte " << B << " spread " << d;
+        ASSERT_EQ(std::signbit(got), std::signbit(want)) << "sign of zero, code " << c;
+      }
+  // One binade more and 0.5 * 2^-9 is off the E4M3 grid, as for the group form.
+  const uint8_t w = f8::weight_row_code(1, 100 - f8::kMaxRowSpread - 1, 100 - f8::kRowHeadroom);
+  EXPECT_NE(e4m3_value(w), 0.5 * std::ldexp(1.0, -9)) << "spread 15 would have to round";
+  // The largest code at the row's largest byte is 6 * 2^6 = 384: within E4M3's 448.
+  EXPECT_EQ(e4m3_value(f8::weight_row_code(7, 130, 130 - f8::kRowHeadroom)), 384.0);
+}
+
+TEST(Fp8Mode, RowFormOfTakesTheLargestUsedByteNaNRowsAndTheFirstOffender) {
+  const int64_t rows = 2, K = 320, nb = K / 32;
+  std::vector<uint8_t> packed(rows * K / 2, 0x21), scales(rows * nb, 120);
+  scales[3] = 125;
+  scales[4] = 125 - f8::kMaxRowSpread;  // row 0: spread 14 fits
+  f8::RowForm f = f8::row_form_of(packed.data(), scales.data(), nb);
+  EXPECT_TRUE(f.fits);
+  EXPECT_FALSE(f.nan_row);
+  EXPECT_EQ(f.max_byte, 125);
+  EXPECT_EQ(f.row_exp(), 125 - f8::kRowHeadroom);
+  std::string why;
+  EXPECT_TRUE(f8::weights_fit_row_form(packed.data(), scales.data(), rows, K, &why)) << why;
+  scales[nb + 6] = 200;  // row 1: block 6 raises the row's largest byte, 80 above the rest
+  EXPECT_FALSE(f8::weights_fit_row_form(packed.data(), scales.data(), rows, K, &why));
+  EXPECT_NE(why.find("row 1: block 0's scale byte 120 lies 80 binades below the row's 200"), std::string::npos) << why;
+  // Blocks of zero codes (+0, -0) take no part: their bytes neither raise nor spread.
+  for (int64_t b = 0; b < nb; ++b)
+    if (b != 6)
+      for (int j = 0; j < 16; ++j) packed[(nb + b) * 16 + j] = (j & 1) ? 0x88 : 0x00;
+  EXPECT_TRUE(f8::weights_fit_row_form(packed.data(), scales.data(), rows, K, &why)) << why;
+  for (int j = 0; j < 16; ++j) packed[(nb + 6) * 16 + j] = 0x00;
+  f = f8::row_form_of(packed.data() + nb * 16, scales.data() + nb, nb);
+  EXPECT_EQ(f.max_byte, 0) << "a row of zeros";
+  // A NaN byte makes the row NaN (also over zero codes: 0 x NaN is NaN), whatever the spread.
+  scales[nb + 2] = fmt::kE8m0Nan;
+  scales[nb + 3] = 1;
+  packed[(nb + 3) * 16] = 0x01;
+  f = f8::row_form_of(packed.data() + nb * 16, scales.data() + nb, nb);
+  EXPECT_TRUE(f.nan_row);
+  EXPECT_TRUE(f.fits);
+}
+
 TEST(Fp8Mode, ActivationCodeIsTheNearestE4m3AndWithinItsBound) {
   double worst = 0;  // largest error seen below the normal range
   for (int c = 0; c < 256; ++c)

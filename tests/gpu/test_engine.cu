@@ -2159,15 +2159,22 @@ TEST(Fp8Mode, HugeActivationGroupScaleTimesTheLargestWeightScaleStaysFinite) {
     for (int64_t k = 32; k < 128; ++k) x.fp8[t * K + k] = 0;   // blocks 1..3: zeros
   }
   const Routing r = random_routing(M, cfg.top_k, iota_ids(32), 1303, false);
-  CudaMoeLayer layer(cfg, syn.weights);
-  CudaHostSession s(layer, M);
-  s.set_inputs(x, &r, nullptr);
-  const Output o = s.run_eager();
-  const Tolerance tol = tolerance_for(cfg);
-  const Comparison c = compare_to(reference_of(cfg, syn.weights, x, r), cfg, o);
-  std::printf("[fp8 mode] activation group byte 254 x weight group byte 128: %s\n", c.summary().c_str());
-  EXPECT_EQ(c.nonfinite, 0) << c.summary();
-  EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
+  const ReferenceOut ref = reference_of(cfg, syn.weights, x, r);
+  for (const char* form : {"0", "1"}) {  // the group form; the row form (fp8_mode.h)
+    SCOPED_TRACE(std::string("MXMOE_F8_ROW=") + form);
+    setenv("MXMOE_F8_ROW", form, 1);
+    CudaMoeLayer layer(cfg, syn.weights);
+    unsetenv("MXMOE_F8_ROW");
+    CudaHostSession s(layer, M);
+    s.set_inputs(x, &r, nullptr);
+    const Output o = s.run_eager();
+    const Tolerance tol = tolerance_for(cfg);
+    const Comparison c = compare_to(ref, cfg, o);
+    std::printf("[fp8 mode] activation group byte 254 x weight group byte 128, MXMOE_F8_ROW=%s: %s\n",
+                form, c.summary().c_str());
+    EXPECT_EQ(c.nonfinite, 0) << c.summary();
+    EXPECT_TRUE(c.pass(tol.max_rel_l2, tol.min_cosine)) << c.summary();
+  }
 }
 
 // The workspace carve (host only, no GPU needed): in FP8 mode the prefill sizes hold the
@@ -2217,8 +2224,9 @@ TEST(Fp8Mode, HostWeightConversionExactAndInTheGateUpRowOrder) {
   for (int j = 0; j < 16; ++j) packed[(1 * rows + nan_row) * (K / 2) + nan_block * 16 + j] = 0;
   std::vector<uint8_t> codes;
   std::vector<float> gs;
-  cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true, "w", codes, gs);
-  const cd::Fp8Dims d = cd::fp8_dims(rows, K);
+  const cd::Fp8Dims d = cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true,
+                                        cd::Fp8FormChoice::kGroup, "w", codes, gs);
+  ASSERT_FALSE(d.row_form);
   ASSERT_EQ(d.rows_p, 256);
   ASSERT_EQ(d.cols_p, 256);
   ASSERT_EQ(codes.size(), static_cast<size_t>(E * d.rows_p * d.cols_p));
@@ -2254,6 +2262,109 @@ TEST(Fp8Mode, HostWeightConversionExactAndInTheGateUpRowOrder) {
   EXPECT_EQ(bad, 0);
 }
 
+// The row form (fp8_mode.h; host only): one scale per row, codes exact, the matrix's
+// reference exponent the largest row's, a NaN row NaN; taken by default where every row
+// fits, the group form where one row does not (its spread 15 > kMaxRowSpread), and refused
+// when asked for then.
+TEST(Fp8Mode, HostRowFormConversionExactAndChosenWhereItFits) {
+  const int64_t E = 2, N = 96, rows = 2 * N, K = 352, nb = K / 32;
+  Rng rng(78);
+  std::vector<uint8_t> packed(E * rows * K / 2), scale(E * rows * nb);
+  for (auto& b : packed) b = static_cast<uint8_t>(rng.below(256));
+  for (int64_t r = 0; r < E * rows; ++r) {  // each row its own level, spreads up to 14
+    const int level = 100 + static_cast<int>(rng.below(20));
+    for (int64_t b = 0; b < nb; ++b) scale[r * nb + b] = static_cast<uint8_t>(level + rng.below(15));
+  }
+  const int64_t nan_row = 70, nan_block = 9;  // expert 1
+  scale[(1 * rows + nan_row) * nb + nan_block] = fmt::kE8m0Nan;
+  std::vector<uint8_t> codes;
+  std::vector<float> rs;
+  const cd::Fp8Dims d = cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true,
+                                        cd::Fp8FormChoice::kAuto, "w", codes, rs);
+  ASSERT_TRUE(d.row_form);
+  ASSERT_EQ(rs.size(), static_cast<size_t>(E * d.rows_p));
+  int max_byte = 0;
+  for (uint8_t b : scale)
+    if (b != fmt::kE8m0Nan) max_byte = std::max<int>(max_byte, b);
+  EXPECT_EQ(d.row_exp_ref, max_byte - fp8mode::kRowHeadroom);
+  int64_t bad = 0;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < d.rows_p; ++r) {
+      const float s = rs[static_cast<size_t>(e * d.rows_p + r)];
+      for (int64_t col = 0; col < d.cols_p; ++col) {
+        const uint8_t c = codes[(e * d.rows_p + r) * d.cols_p + col];
+        if (r >= rows || col >= K) {
+          bad += c != 0 || (r >= rows && s != 0.0f);
+          continue;
+        }
+        const int64_t src = cd::fp8_source_row(r, true);
+        const bool nan = e == 1 && src == nan_row;
+        const double want = nan ? std::nan("") : w_value(packed, scale, e * rows + src, col, K);
+        const double got = static_cast<double>(fmt::e4m3_to_float(c)) * static_cast<double>(s) *
+                           std::ldexp(1.0, d.row_exp_ref - 127);
+        const bool ok = std::isnan(want) ? std::isnan(got) : got == want;
+        if (!ok && ++bad <= 5)
+          ADD_FAILURE() << "expert " << e << " fp8 row " << r << " col " << col << ": " << got << " vs " << want;
+      }
+    }
+  EXPECT_EQ(bad, 0);
+  // The group form of the same weights (spreads up to 14 inside a group) does not fit.
+  EXPECT_THROW(cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true, cd::Fp8FormChoice::kGroup,
+                               "w", codes, rs),
+               InvalidArgument);
+  // One row 15 binades apart (and groups within 8): the group form, by default.
+  for (int64_t r = 0; r < E * rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) scale[r * nb + b] = static_cast<uint8_t>(118 + (b % 4 == 0 ? 8 : 0));
+  for (int64_t b = 0; b < 4; ++b) scale[(1 * rows + 5) * nb + b] = 111;  // first group: 15 below
+  for (int j = 0; j < 64; ++j) packed[(1 * rows + 5) * (K / 2) + j] = 0x11;  // used
+  const cd::Fp8Dims g = cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true,
+                                        cd::Fp8FormChoice::kAuto, "w", codes, rs);
+  EXPECT_FALSE(g.row_form);
+  EXPECT_EQ(rs.size(), static_cast<size_t>(E * g.groups * g.rows_p));
+  try {
+    cd::fp8_weights(packed.data(), scale.data(), E, rows, K, true, cd::Fp8FormChoice::kRow, "w", codes, rs);
+    ADD_FAILURE() << "the row form was made for a row spread of 15";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("local expert 1 row 5"), std::string::npos) << e.what();
+  }
+}
+
+// The row form against the group form on the GPU, bit for bit: the same E4M3 products;
+// in fp32 the row form's sums are the group form's times a power of two, exact while they
+// stay in fp32's normal range (fp8_mode.h), as with these weights and activations. Both
+// activations' GEMM1 epilogues, and M = 200: a second token tile and a partial one.
+TEST(Fp8Mode, RowFormBitIdenticalToGroupForm) {
+  REQUIRE_FP8_MODE();
+  int seed = 1400;
+  for (Activation act : {Activation::SiTU, Activation::SwiGLU_OAI}) {
+    const MoeConfig cfg = fp8_cfg(act);
+    const SyntheticLayer syn = make_synthetic_layer(cfg, seed++);
+    for (int64_t M : {128, 200}) {
+      SCOPED_TRACE(std::string(to_string(act)) + " M=" + std::to_string(M));
+      ASSERT_TRUE(cd::use_fp8_prefill(M, true));
+      const Activations x = make_activations(M, cfg.hidden, seed++);
+      const Routing r = random_routing(M, cfg.top_k, iota_ids(28), seed++, true);
+      Output out[2];
+      for (int row : {0, 1}) {
+        setenv("MXMOE_F8_ROW", row ? "1" : "0", 1);
+        CudaMoeLayer layer(cfg, syn.weights);
+        unsetenv("MXMOE_F8_ROW");
+        CudaHostSession s(layer, M);
+        s.set_inputs(x, &r, nullptr);
+        out[row] = s.run_eager();
+      }
+      ASSERT_EQ(out[0].bf16.size(), out[1].bf16.size());
+      int64_t differ = 0, first = -1;
+      for (size_t i = 0; i < out[0].bf16.size(); ++i)
+        if (out[0].bf16[i] != out[1].bf16[i] && differ++ == 0) first = static_cast<int64_t>(i);
+      EXPECT_EQ(differ, 0) << "first at output " << first << " of " << out[0].bf16.size();
+      const Comparison c = compare_to(reference_of(cfg, syn.weights, x, r), cfg, out[1]);
+      std::printf("[fp8 mode] row form %s M=%lld: %s\n", to_string(act), static_cast<long long>(M), c.summary().c_str());
+      EXPECT_TRUE(c.pass(tolerance_for(cfg).max_rel_l2, tolerance_for(cfg).min_cosine)) << c.summary();
+    }
+  }
+}
+
 // Weights the mode cannot hold exactly are refused when the layer is built, naming the
 // argument, the expert, the row and the group; weights scaled outside its range too.
 TEST(Fp8Mode, RefusesWeightsItCannotRepresent) {
@@ -2261,19 +2372,46 @@ TEST(Fp8Mode, RefusesWeightsItCannotRepresent) {
   MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
   cfg.precision = Precision::FP8;
   SyntheticLayer syn = make_synthetic_layer(cfg, 31);
-  {
+  // A block `spread` binades below the largest byte of its row's group (expert 1).
+  const auto spread_block = [&](int spread) {
     ExpertWeights w = syn.weights;
-    const int64_t K = cfg.hidden, row = 70, block = 5;  // expert 1
+    const int64_t K = cfg.hidden, row = 70, block = 5;
     const int64_t r0 = (1 * 2 * cfg.intermediate + row) * (K / 32);
-    w.w13_scale[r0 + block] = static_cast<uint8_t>(w.w13_scale[r0 + 4] - 9);
+    uint8_t top = 0;
+    for (int64_t b = 0; b < K / 32; ++b) top = std::max(top, w.w13_scale[r0 + b]);
+    w.w13_scale[r0 + 4] = top;
+    w.w13_scale[r0 + block] = static_cast<uint8_t>(top - spread);
     w.w13_packed[(1 * 2 * cfg.intermediate + row) * (K / 2) + block * 16] = 0x22;  // nonzero codes
+    return w;
+  };
+  {
+    // A spread of 9: beyond the group form, within the row form (taken by default).
+    const ExpertWeights w = spread_block(9);
+    EXPECT_NO_THROW(CudaMoeLayer layer(cfg, w));
+    setenv("MXMOE_F8_ROW", "0", 1);
     try {
       CudaMoeLayer layer(cfg, w);
-      ADD_FAILURE() << "a spread of 9 was accepted";
+      ADD_FAILURE() << "a group spread of 9 was accepted in the group form";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(e.argument(), "weights.w13_scale");
       EXPECT_NE(std::string(e.what()).find("expert 1 row 70"), std::string::npos) << e.what();
     }
+    unsetenv("MXMOE_F8_ROW");
+  }
+  {
+    // A spread of 15 fits neither form: refused, naming both.
+    const ExpertWeights w = spread_block(15);
+    try {
+      CudaMoeLayer layer(cfg, w);
+      ADD_FAILURE() << "a spread of 15 was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), "weights.w13_scale");
+      EXPECT_NE(std::string(e.what()).find("expert 1 row 70"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("row form"), std::string::npos) << e.what();
+    }
+    setenv("MXMOE_F8_ROW", "1", 1);
+    EXPECT_THROW(CudaMoeLayer layer(cfg, w), Unsupported);
+    unsetenv("MXMOE_F8_ROW");
   }
   {
     ExpertWeights w = syn.weights;
