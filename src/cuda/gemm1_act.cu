@@ -856,10 +856,12 @@ void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
 // acc[4j + 2 + c]) of intermediate column 32 rg + 8w + g, rg = 2 rb + wg. The MXFP8 block
 // of a token's 32 columns spans the warpgroup's 4 warps: 3 xor-shuffles over g, then the
 // 4 warps meet in shared memory. Pass 1 rotates the accumulator as pf_store_activated.
+// Pass 2 gathers each token's 32 bytes in shared memory and stores them as a row.
 #if defined(MXMOE_SM90A)
 template <int kAct>
 __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (&acc)[64],
-                                                   const PfTile& tile, int wg, float* s_amax) {
+                                                   const PfTile& tile, int wg, float* s_amax,
+                                                   uint8_t* s_out) {
   constexpr int kStep = 2;  // token blocks per iteration of pass 1
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -868,7 +870,6 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
   const int e = tile.e, count = p.counts[e], off = p.offsets[e];
   const int64_t N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
-  const int col = 32 * rg + 8 * warp + g;
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
   const float bias_g = bias ? bias[8 * warp + g] : 0.0f;
@@ -907,22 +908,34 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
   scales.compute(rows_left, p.rule, [&](int n) {
     return fmaxf(fmaxf(am4[n], am4[kPfTokens + n]), fmaxf(am4[2 * kPfTokens + n], am4[3 * kPfTokens + n]));
   });
+  // Token 32 i + lane's scale byte from the lane that holds it (every warp holds the same).
+  const int64_t row0 = off + static_cast<int64_t>(tile.tt) * kPfTokens;  // the tile's first routed row
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < kPfTokens / 32; ++i)
+      if (32 * i + lane < rows_left) p.inter_scale[(row0 + 32 * i + lane) * kbN + rg] = static_cast<uint8_t>(scales.byte[i]);
+  }
+  uint8_t* s_q = s_out + wg * kPfTokens * kF8OutPitch;  // [token][kF8OutPitch]
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     if (8 * j >= rows_left) break;
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int n = 8 * j + 2 * t + c;
-      const int row = tile.tt * kPfTokens + n;
-      const uint8_t sb = scales.byte_of(j, n);  // the whole warp: before the row check
-      const float inv = scales.inv_of(j, n);
-      if (row >= count) continue;
-      const int64_t grow = off + row;
-      static_cast<uint8_t*>(p.inter)[grow * N + col] = fmt::float_to_e4m3(acc[4 * j + c] * inv);
-      if (warp == 0 && g == 0) p.inter_scale[grow * kbN + rg] = sb;
+      const float inv = scales.inv_of(j, n);  // the whole warp
+      s_q[n * kF8OutPitch + 8 * warp + g] = fmt::float_to_e4m3(acc[4 * j + c] * inv);
     }
   }
-  named_barrier_sync(barrier, 128);  // s_amax is rewritten for the next tile
+  named_barrier_sync(barrier, 128);
+  // Token i's 32 bytes (intermediate columns 32 rg ..), as two 16-byte stores (N is a
+  // multiple of 32, the buffer 256-byte aligned).
+  if (const int i = threadIdx.x & 127; i < rows_left) {
+    const uint4* src = reinterpret_cast<const uint4*>(s_q + i * kF8OutPitch);
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + (row0 + i) * N + 32 * rg);
+    dst[0] = src[0];
+    dst[1] = src[1];
+  }
+  named_barrier_sync(barrier, 128);  // s_amax and s_q are rewritten for the next tile
 }
 #endif
 
@@ -940,7 +953,7 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   f8_run<false, kRowScale>(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
     // As gemm1_prefill_kernel.
     am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
-      f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax);
+      f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax, ring.out);
     });
   });
 #endif

@@ -48,9 +48,14 @@ inline constexpr int kF8Stages = 6;                            // ring depth
 using F8Cursor = RingCursor<kF8Stages>;
 static_assert(kF8StageSB + kPfTokens * 4 <= kF8StageBytes, "stage overflow");
 inline constexpr int kF8AmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
+/// GEMM1's epilogue: per consumer warpgroup, its 32 intermediate bytes of each of the
+/// tile's 128 tokens, gathered into rows (pitch 48: conflict-free byte writes and 16-byte
+/// row reads) and stored 16 bytes at a time.
+inline constexpr int kF8OutPitch = 48;
+inline constexpr int kF8OutBytes = 2 * kPfTokens * kF8OutPitch;
 /// Dynamic shared memory of one FP8 CTA (1 KB of slack to align the ring).
 inline constexpr int kF8SmemBytes =
-    1024 + kF8Stages * kF8StageBytes + 2 * kF8Stages * 8 + kF8AmaxFloats * 4;
+    1024 + kF8Stages * kF8StageBytes + 2 * kF8Stages * 8 + kF8AmaxFloats * 4 + kF8OutBytes;
 
 /// Groups the producer keeps in flight before publishing one (cp.async groups complete in
 /// order). Consumers hold a stage only while they use it, so up to kF8Stages - 1 works;
@@ -101,6 +106,7 @@ struct F8Ring {
   uint64_t* full;    // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes (weights; GEMM2's token rows)
   uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
   float* amax;       // [2][4][kPfTokens]
+  uint8_t* out;      // [2][kPfTokens][kF8OutPitch] (GEMM1's epilogue), 16-byte aligned
 };
 
 #if defined(MXMOE_SM90A)
@@ -111,6 +117,7 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   r.full = reinterpret_cast<uint64_t*>(r.stages + kF8Stages * kF8StageBytes);
   r.empty = r.full + kF8Stages;
   r.amax = reinterpret_cast<float*>(r.empty + kF8Stages);
+  r.out = reinterpret_cast<uint8_t*>(r.amax + kF8AmaxFloats);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kF8Stages; ++s) {
       mbar_init(&r.full[s], kF8FullArrivals);
