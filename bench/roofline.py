@@ -46,7 +46,9 @@ def main():
         lines.append(label)
         for i, r in enumerate(rows):
             ai = r["tflops"] / r["tbps"]  # FLOP per byte: both are per second
-            roof = min(a.bf16_tflops, a.hbm_tbps * ai)
+            # The roof of the case's own tensor cores: the FP8 mode's against the FP8 peak.
+            peak = a.fp8_tflops if r.get("precision") == "fp8" else a.bf16_tflops
+            roof = min(peak, a.hbm_tbps * ai)
             ax.scatter([ai], [r["tflops"]], color=color, marker=marker, zorder=3,
                        label=label if i == 0 else None)
             ax.annotate(str(r["tokens"]), (ai, r["tflops"]), textcoords="offset points",
