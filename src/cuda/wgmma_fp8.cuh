@@ -241,7 +241,7 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
     // first product stays finite wherever the result is; s_x * s_w could overflow to Inf
     // (activation byte 254) and turn a zero sum into NaN. Same cost. The row form has no
-    // s_w here (the compiler drops the multiplications by 1).
+    // s_w here: one FFMA of the sum itself (its s_w comes once per tile, f8_apply_row_scale).
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
