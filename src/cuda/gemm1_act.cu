@@ -855,11 +855,12 @@ void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
 // for 128 tokens, the gate (row g, acc[4j + c]) and the up value (row g + 8,
 // acc[4j + 2 + c]) of intermediate column 32 rg + 8w + g, rg = 2 rb + wg. The MXFP8 block
 // of a token's 32 columns spans the warpgroup's 4 warps: 3 xor-shuffles over g, then the
-// 4 warps meet in shared memory. Pass 1 rotates the accumulator as pf_store_activated.
+// 4 warps meet in shared memory. Pass 1 rotates each half of the accumulator as
+// pf_store_activated's 128-token tile does.
 // Pass 2 gathers each token's 32 bytes in shared memory and stores them as a row.
 #if defined(MXMOE_SM90A)
 template <int kAct>
-__device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (&acc)[64],
+__device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (&acc)[64], float2 row_scales,
                                                    const PfTile& tile, int wg, float* s_amax,
                                                    uint8_t* s_out) {
   constexpr int kStep = 2;  // token blocks per iteration of pass 1
@@ -872,36 +873,54 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
   const int kbN = static_cast<int>(N / kMxBlock);
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
-  const float bias_g = bias ? bias[8 * warp + g] : 0.0f;
-  const float bias_u = bias ? bias[32 + 8 * warp + g] : 0.0f;
+  // No bias adds -0, which leaves every value as it is (f8_row_scales: one FFMA each).
+  const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
+  const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
   const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
   float* s_amax_w = s_amax + (wg * 4 + warp) * kPfTokens;
   const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
+  // As pf_store_activated's 128-token tile: one rolled loop per half of the tile, each
+  // rotating only its 32 slots (half the moves of rotating all 64), skipping per
+  // iteration so that its four activations form one branch-free stretch, their shuffles
+  // after them.
+  constexpr int kHalfBlocks = kPfTokens / 8 / 2;
+  auto pass1_half = [&](auto half_c) {
+    constexpr int kFirstSlot = 4 * kHalfBlocks * decltype(half_c)::value;
 #pragma unroll 1
-  for (int j0 = 0; j0 < 16; j0 += kStep) {
+    for (int j0 = kHalfBlocks * decltype(half_c)::value; j0 < kHalfBlocks * (decltype(half_c)::value + 1);
+         j0 += kStep) {
+      if (8 * j0 < rows_left) {
+        float amax[kStep][2];
 #pragma unroll
-    for (int jj = 0; jj < kStep; ++jj) {
-      if (8 * (j0 + jj) >= rows_left) continue;
+        for (int jj = 0; jj < kStep; ++jj) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float gate = acc[4 * jj + c], up = acc[4 * jj + 2 + c];
-        if (bias) {
-          gate = gate + bias_g;
-          up = up + bias_u;
+          for (int c = 0; c < 2; ++c) {
+            const float gate = fmaf(acc[kFirstSlot + 4 * jj + c], row_scales.x, bias_g);
+            const float up = fmaf(acc[kFirstSlot + 4 * jj + 2 + c], row_scales.y, bias_u);
+            const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
+            acc[kFirstSlot + 4 * jj + c] = v;
+            // fmaxf drops NaN, as fmt::block_amax does; unlike it, it keeps an Inf, as the
+            // exact epilogues do (a known difference, docs/HARDENING.md §8)
+            amax[jj][c] = fabsf(v);
+          }
         }
-        const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
-        acc[4 * jj + c] = v;
-        // fmaxf drops NaN, as fmt::block_amax does; unlike it, it keeps an Inf, as the
-        // exact epilogues do (a known difference, docs/HARDENING.md §8)
-        float amax = fabsf(v);
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-        if (g == 0) s_amax_w[8 * (j0 + jj) + 2 * t + c] = amax;
+#pragma unroll
+        for (int jj = 0; jj < kStep; ++jj) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float a = amax[jj][c];
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 4));
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
+            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
+            if (g == 0) s_amax_w[8 * (j0 + jj) + 2 * t + c] = a;
+          }
+        }
       }
+      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc);
     }
-    rotate_down<kStep>(acc);
-  }
+  };
+  pass1_half(std::integral_constant<int, 0>{});
+  pass1_half(std::integral_constant<int, 1>{});
   named_barrier_sync(barrier, 128);
   ColumnScales<kPfTokens> scales;
   const float* am4 = s_amax + wg * 4 * kPfTokens;
@@ -950,10 +969,11 @@ __global__ void __launch_bounds__(kPfThreads, 1)
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
-  f8_run<false, kRowScale>(o, f8_smem, [&](float (&acc)[64], const PfTile& tile, int wg, const F8Ring& ring) {
+  f8_run<false, kRowScale>(o, f8_smem, [&](float (&acc)[64], float2 row_scales, const PfTile& tile, int wg,
+                                           const F8Ring& ring) {
     // As gemm1_prefill_kernel.
     am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
-      f8_store_activated<decltype(form)::value>(p, acc, tile, wg, ring.amax, ring.out);
+      f8_store_activated<decltype(form)::value>(p, acc, row_scales, tile, wg, ring.amax, ring.out);
     });
   });
 #endif

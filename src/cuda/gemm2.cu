@@ -283,9 +283,9 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 // intermediate has factor 1 (GEMM1's prefill epilogue), and the FP8 kernel applies every
 // scale in its promotion.
 #if defined(MXMOE_SM90A)
-template <int kTok = kPfTokens>
+template <int kTok = kPfTokens, bool kRowScaled = false>
 __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[kTok / 2], int rg,
-                                           const PfTile& tile) {
+                                           const PfTile& tile, float2 row_scales = make_float2(1.0f, 1.0f)) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int K = static_cast<int>(p.hidden);
@@ -294,6 +294,7 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
   // could not move past the y stores, which may alias it: a branch, a load and 64-bit
   // compares per store, ~17 instructions each, a quarter of the FP8 GEMM2's consumer
   // samples.) No bias adds -0, which leaves every value as it is, -0 included.
+  // kRowScaled: times the FP8 row form's row_scales (f8_row_scales), in the bias add's FFMA.
   const int col0 = 64 * rg + 16 * warp + g;
   const bool ok0 = col0 < K, ok1 = col0 + 8 < K;
   const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * K : nullptr;
@@ -307,15 +308,15 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
     for (int c = 0; c < 2; ++c) {
       if (8 * j + c >= rows_left) continue;
       float* yr = y + static_cast<int64_t>(8 * j + c) * K;
-      if (ok0) yr[0] = acc[4 * j + c] + b0;
-      if (ok1) yr[8] = acc[4 * j + 2 + c] + b1;
+      if (ok0) yr[0] = kRowScaled ? fmaf(acc[4 * j + c], row_scales.x, b0) : acc[4 * j + c] + b0;
+      if (ok1) yr[8] = kRowScaled ? fmaf(acc[4 * j + 2 + c], row_scales.y, b1) : acc[4 * j + 2 + c] + b1;
     }
 }
 #endif
 
 // FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
-// rg = 2 rb + wg, every scale already applied (no range factor). kRowScale: the weights'
-// row form (engine.h fp8_weights).
+// rg = 2 rb + wg, every scale but the row form's applied (no range factor). kRowScale:
+// the weights' row form (engine.h fp8_weights), whose row scales pf_store_y applies.
 template <bool kRowScale>
 __global__ void __launch_bounds__(kPfThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
@@ -325,8 +326,9 @@ __global__ void __launch_bounds__(kPfThreads, 1)
   const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
-  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], const PfTile& tile, int wg, const F8Ring&) {
-    pf_store_y(p, acc, tile.rb * 2 + wg, tile);
+  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], float2 row_scales, const PfTile& tile, int wg,
+                                          const F8Ring&) {
+    pf_store_y<kPfTokens, kRowScale>(p, acc, tile.rb * 2 + wg, tile, row_scales);
   });
 #endif
 }

@@ -211,7 +211,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// [64 wg, 64 wg + 64) of the block x 128 tokens over all groups, in the layout of
 /// wgmma_m64n128k16_rs (warp w, lane (g, t): acc[4j + 2h + c] = row 16w + 8h + g, token
 /// 8j + 2t + c), every group's scales applied; kRowScale: the activation scales only
-/// (f8_apply_row_scale adds the row's).
+/// (the epilogue applies the row's, f8_row_scales).
 template <bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
@@ -241,7 +241,7 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
     // first product stays finite wherever the result is; s_x * s_w could overflow to Inf
     // (activation byte 254) and turn a zero sum into NaN. Same cost. The row form has no
-    // s_w here: one FFMA of the sum itself (its s_w comes once per tile, f8_apply_row_scale).
+    // s_w here: one FFMA of the sum itself (its s_w comes once per tile, f8_row_scales).
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
       const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
@@ -257,23 +257,25 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   }
 }
 
-/// The row form's scale, once per tile: acc of weight rows arow, arow + 8 (f8_mainloop's
-/// layout) times their row scales (engine.h fp8_weights: 2^(row_exp - row_exp_ref), or NaN).
-__device__ __forceinline__ void f8_apply_row_scale(float (&acc)[64], const F8Operands& o, const PfTile& tile, int wg) {
-  const int warp = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2;
-  const float* rs = o.ws + static_cast<int64_t>(tile.e) * o.rows_p + tile.rb * kF8Rows + 64 * wg + 16 * warp + g;
-  const float s0 = rs[0], s1 = rs[8];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    acc[4 * j + 0] *= s0;
-    acc[4 * j + 1] *= s0;
-    acc[4 * j + 2] *= s1;
-    acc[4 * j + 3] *= s1;
+/// The row form's scales of this thread's weight rows arow and arow + 8 (f8_mainloop's
+/// layout): 2^(row_exp - row_exp_ref), or NaN (engine.h fp8_weights). The epilogues fold
+/// them into their first operation on each accumulator (with the bias, one FFMA:
+/// acc * s is exact, a power of two times an fp32 sum, so fma(acc, s, b) has the bits of
+/// acc * s + b). The group form applied every scale in the promotion: 1.
+template <bool kRowScale>
+__device__ __forceinline__ float2 f8_row_scales(const F8Operands& o, const PfTile& tile, int wg) {
+  if constexpr (!kRowScale) {
+    return make_float2(1.0f, 1.0f);
+  } else {
+    const int warp = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2;
+    const float* rs = o.ws + static_cast<int64_t>(tile.e) * o.rows_p + tile.rb * kF8Rows + 64 * wg + 16 * warp + g;
+    return make_float2(rs[0], rs[8]);
   }
 }
 
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
-/// loop, which hands each tile's accumulator to `epilogue(acc, tile, wg, ring)`. kTmaB:
+/// loop, which hands each tile's accumulator to `epilogue(acc, row_scales, tile, wg, ring)`
+/// (row_scales: f8_row_scales, for the epilogue to apply). kTmaB:
 /// the token rows by TMA (f8_producer; GEMM2). kRowScale: the weights' row form.
 template <bool kTmaB, bool kRowScale, class Epilogue>
 __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
@@ -296,8 +298,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     if (tile.e < 0) break;
     float acc[64];
     f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
-    if constexpr (kRowScale) f8_apply_row_scale(acc, o, tile, wg - 1);
-    epilogue(acc, tile, wg - 1, ring);
+    epilogue(acc, f8_row_scales<kRowScale>(o, tile, wg - 1), tile, wg - 1, ring);
   }
 }
 
