@@ -882,7 +882,8 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
   // As pf_store_activated's 128-token tile: one rolled loop per half of the tile, each
   // rotating only its 32 slots (half the moves of rotating all 64), skipping per
   // iteration so that its four activations form one branch-free stretch, their shuffles
-  // after them.
+  // after them (a tile whose rows end in an iteration's first block computes one block
+  // of padding, never stored).
   constexpr int kHalfBlocks = kPfTokens / 8 / 2;
   auto pass1_half = [&](auto half_c) {
     constexpr int kFirstSlot = 4 * kHalfBlocks * decltype(half_c)::value;

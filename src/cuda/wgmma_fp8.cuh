@@ -260,8 +260,9 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
 /// The row form's scales of this thread's weight rows arow and arow + 8 (f8_mainloop's
 /// layout): 2^(row_exp - row_exp_ref), or NaN (engine.h fp8_weights). The epilogues fold
 /// them into their first operation on each accumulator (with the bias, one FFMA:
-/// acc * s is exact, a power of two times an fp32 sum, so fma(acc, s, b) has the bits of
-/// acc * s + b). The group form applied every scale in the promotion: 1.
+/// acc * s, a power of two times an fp32 sum, is exact while it stays normal, so
+/// fma(acc, s, b) has the bits of acc * s + b there). The group form applied every scale
+/// in the promotion: 1.
 template <bool kRowScale>
 __device__ __forceinline__ float2 f8_row_scales(const F8Operands& o, const PfTile& tile, int wg) {
   if constexpr (!kRowScale) {
