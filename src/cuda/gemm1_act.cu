@@ -589,6 +589,17 @@ __device__ __forceinline__ void rotate_down(float (&a)[kN]) {
   rotate_down_range<kBlocks, 0, kN>(a);
 }
 
+// The amax of token 8 j + 2 t + c over the warp's 8 lanes g (their columns), published by
+// lane g = 0 to the warp's row of amaxes (s_amax_w, by token) for pass 2: both prefill
+// epilogues' block amax, before the warps of a block meet in shared memory. g, t: the
+// lane's lane >> 2 and lane & 3, as the callers hold them.
+__device__ __forceinline__ void publish_block_amax(float* s_amax_w, int g, int t, int j, int c, float amax) {
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
+  if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
+}
+
 // The E8M0 scale (and its inverse) of each of a tile's token columns, computed once per
 // warp: lane L takes columns 32 i + L. The lanes that hold values of column n (one per
 // g) fetch it from lane n % 32 by a shuffle, instead of each running the same ~40
@@ -687,13 +698,6 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
     }
     return amax;
   };
-  // The block amax of token 8 j + 2 t + c over this warp's 16 columns, for pass 2.
-  auto publish_amax = [&](int j, int c, float amax) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-    if (g == 0) s_amax_w[8 * j + 2 * t + c] = amax;
-  };
   // 96- and 128-token tiles skip per iteration, not per block: the iteration's activations then
   // form one branch-free stretch the compiler can interleave, and its shuffles follow
   // them (a skip, and each shuffle group's convergence check, ended a stretch). The cost:
@@ -718,7 +722,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 #pragma unroll
             for (int jj = 0; jj < kStep; ++jj)
 #pragma unroll
-              for (int c = 0; c < 2; ++c) publish_amax(j0 + jj, c, amax[jj][c]);
+              for (int c = 0; c < 2; ++c) publish_block_amax(s_amax_w, g, t, j0 + jj, c, amax[jj][c]);
           }
         }
       } else {
@@ -729,7 +733,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const float amax = activate(j, kFirstSlot + 4 * jj, c);
-            if constexpr (kFp8Inter) publish_amax(j, c, amax);
+            if constexpr (kFp8Inter) publish_block_amax(s_amax_w, g, t, j, c, amax);
           }
         }
       }
@@ -886,10 +890,10 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
   // of padding, never stored).
   constexpr int kHalfBlocks = kPfTokens / 8 / 2;
   auto pass1_half = [&](auto half_c) {
-    constexpr int kFirstSlot = 4 * kHalfBlocks * decltype(half_c)::value;
+    constexpr int kHalf = decltype(half_c)::value;
+    constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
 #pragma unroll 1
-    for (int j0 = kHalfBlocks * decltype(half_c)::value; j0 < kHalfBlocks * (decltype(half_c)::value + 1);
-         j0 += kStep) {
+    for (int j0 = kHalfBlocks * kHalf; j0 < kHalfBlocks * (kHalf + 1); j0 += kStep) {
       if (8 * j0 < rows_left) {
         float amax[kStep][2];
 #pragma unroll
@@ -906,16 +910,9 @@ __device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (
           }
         }
 #pragma unroll
-        for (int jj = 0; jj < kStep; ++jj) {
+        for (int jj = 0; jj < kStep; ++jj)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float a = amax[jj][c];
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 4));
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
-            if (g == 0) s_amax_w[8 * (j0 + jj) + 2 * t + c] = a;
-          }
-        }
+          for (int c = 0; c < 2; ++c) publish_block_amax(s_amax_w, g, t, j0 + jj, c, amax[jj][c]);
       }
       rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc);
     }
