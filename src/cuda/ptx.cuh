@@ -220,10 +220,18 @@ __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
-/// Orders this thread's generic-proxy shared-memory writes (completed cp.async copies)
-/// before later async-proxy reads (wgmma operands) that are released through a barrier.
+/// Orders generic-proxy shared-memory writes (cp.async copies), observed through a
+/// barrier wait just before, ahead of this thread's later async-proxy reads (wgmma
+/// operands from shared memory).
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/// An arrival on `bar`, made once every cp.async copy this thread has issued so far has
+/// landed; the thread goes on at once. `.noinc`: the arrival is one of the barrier's
+/// expected ones (the plain form would add one to the count first). The copies are
+/// generic-proxy writes: a reader through the async proxy (wgmma) fences after its wait.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 /// Makes mbarrier initializations visible to the async proxy (bulk copies) before use.
 __device__ __forceinline__ void fence_mbarrier_init() {

@@ -17,8 +17,8 @@
 //     (cp.async in GEMM1, which gathers them by token; one more TMA box in GEMM2), 128
 //     bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales, into a
 //     ring of kF8Stages stages (the row scales are read by the consumers once per tile
-//     instead); a stage's `full` mbarrier completes on the TMA bytes and on
-//     the producer threads' arrivals kF8Lag groups later (cp.async groups complete in order).
+//     instead); a stage's `full` mbarrier completes on the TMA bytes and on each
+//     producer thread's arrival once its copies have landed (cp_async_arrive_noinc).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
@@ -56,12 +56,6 @@ inline constexpr int kF8OutBytes = 2 * kPfTokens * kF8OutPitch;
 /// Dynamic shared memory of one FP8 CTA (1 KB of slack to align the ring).
 inline constexpr int kF8SmemBytes =
     1024 + kF8Stages * kF8StageBytes + 2 * kF8Stages * 8 + kF8AmaxFloats * 4 + kF8OutBytes;
-
-/// Groups the producer keeps in flight before publishing one (cp.async groups complete in
-/// order). Consumers hold a stage only while they use it, so up to kF8Stages - 1 works;
-/// 4 was slower than 2 on the H200 (graph us, M=1024 / 4096: 3326 / 12718 vs 3268 / 12461).
-inline constexpr int kF8Lag = 2;
-static_assert(kF8Lag <= kF8Stages - 1, "the producer would wait on a stage nobody can release");
 
 /// Registers per thread of the producer and of the consumers (setmaxnreg, f8_run).
 inline constexpr int kF8ProducerRegs = 104;
@@ -137,14 +131,20 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
 /// buffer, zeros, and their scales zeros: their accumulator columns are never stored.
 /// That takes the producer's loop from ~200 instructions per warp and group to ~70.
 /// kRowScale (the row form): no weight scales per group.
+/// Each thread arrives on the stage's `full` through cp_async_arrive_noinc, which the
+/// copy engine makes once the thread's copies have landed, so no thread waits for its
+/// copies: every stage of the ring can be in flight and is published as soon as it
+/// lands. Before (session 36) each thread waited for its copies two groups later, which
+/// held at most 3 groups in flight; publishing by arrival is 1.7-2.4% faster at
+/// M=512..1024, 0.6-1.3% at 4096 (PERFORMANCE.md).
 template <bool kTmaB, bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
   const int rb_count = o.rb_count();
   const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
-  uint32_t n = 0, published = 0;
-  F8Cursor fill, pub;
+  uint32_t n = 0;
+  F8Cursor fill;
   PfWalk at;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
@@ -187,24 +187,13 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
       }
       cp_async_4_zfill(st + kF8StageSB + i * 4, my_row >= 0 ? o.bs + my_row * o.groups + kg : o.bs,
                        my_row >= 0 ? 4u : 0u);
-      cp_async_commit();
+      cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copies have landed
       ++n;
       fill.advance();
-      if (n > static_cast<uint32_t>(kF8Lag)) {
-        cp_async_wait<kF8Lag>();
-        fence_proxy_async_shared();
-        mbar_arrive(&ring.full[pub.stage]);
-        ++published;
-        pub.advance();
-      }
     }
   }
-  cp_async_wait<0>();
-  fence_proxy_async_shared();
-  for (; published < n; ++published) {
-    mbar_arrive(&ring.full[pub.stage]);
-    pub.advance();
-  }
+  cp_async_commit();
+  cp_async_wait<0>();  // no copy outlives its thread
 }
 
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = weight rows
@@ -225,6 +214,7 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   for (int kg = 0; kg < groups; ++kg) {
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
+    fence_proxy_async_shared();  // the producers' cp.async rows, for the wgmmas (async proxy)
     const uint8_t* st = ring.stages + s * kF8StageBytes;
     const uint64_t da = smem_desc_k128(st + kF8StageA + 64 * wg * kF8Group);
     const uint64_t db = smem_desc_k128(st + kF8StageB);

@@ -15,8 +15,8 @@
 //     ring of kPfStages shared stages: the tile's kTok token rows (B, BF16, 128-byte
 //     swizzled rows, the wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and
 //     their scale words. GEMM1 gathers its B rows by token: cp.async by all 128 threads,
-//     a stage published on its `full` mbarrier once the copies have landed
-//     (pf_producer). GEMM2's B rows are contiguous: one warp hands the chunk to the TMA
+//     each arriving on the stage's `full` mbarrier once its copies have landed
+//     (pf_producer, cp_async_arrive_noinc). GEMM2's B rows are contiguous: one warp hands the chunk to the TMA
 //     engine (one tensor-map box for B, bulk copies for the weights), and `full`
 //     completes on the bytes (pf_producer_tma).
 //   warpgroups 1, 2 (consumers, 224 registers; 104 at two CTAs per SM): each owns 2 of
@@ -59,11 +59,9 @@ namespace mxmoe::cuda_detail {
 inline constexpr int kPfTokens = 128;                          // largest token tile (wgmma N)
 inline constexpr int kPfRowGroups = 4;                         // 64-row groups per tile
 inline constexpr int kPfStages = 8;                            // ring depth (8 beat 6 by 0.3-1.2%)
-inline constexpr int kPfLag = 2;                               // producer chunks in flight
 inline constexpr int kPfThreads = 384;                         // 3 warpgroups
 inline constexpr int kPfStageW = kPfRowGroups * 4 * 32 * 16;   // tiled weight words
 inline constexpr int kPfStageS = kPfRowGroups * 8 * 16;        // tiled scale words
-static_assert(kPfLag <= kPfStages - 2, "consumers hold a chunk's stage until the next chunk's wait");
 inline constexpr int kPfAmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
 
 /// The ring's geometry for kTok-token tiles. A stage holds the tile's kTok B rows (64
@@ -346,7 +344,8 @@ __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   return r;
 }
 
-/// `full_arrivals`: 128 for pf_producer, 1 for pf_producer_tma.
+/// `full_arrivals`: 128 for pf_producer (129 when it claims items: thread 0's header
+/// release), 1 for pf_producer_tma.
 __device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_arrivals) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPfStages; ++s) {
@@ -360,8 +359,11 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_
 
 /// Producer warpgroup (threads 0..127): thread i copies, per chunk, 16-byte piece i & 7
 /// of token rows (i >> 3) + 16m (m < kTok / 16), weight words i + 128q (q < 4) and, for
-/// i < 32, the scale words of row group i >> 3, pair i & 7. Chunk n's `full` arrival
-/// waits for its copies kPfLag chunks later (cp.async groups complete in order).
+/// i < 32, the scale words of row group i >> 3, pair i & 7. Each thread's `full` arrival
+/// comes from the copy engine once its copies have landed (cp_async_arrive_noinc), so
+/// no thread waits for them and every stage can be in flight; waiting for its own copies
+/// two chunks later, as before session 36, held 3 chunks in flight and was 2-4% slower
+/// (PERFORMANCE.md).
 /// Every source is a base set up once per tile plus the chunk's offset, without selects
 /// (rows past the expert's read row 0 with source size 0): the producer warp shares its
 /// scheduler with two consumer warps, and the per-chunk arithmetic of the earlier form
@@ -380,8 +382,8 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
   const int w_dst = Geo::kStageB + i * 16;
   const int s_dst = Geo::kStageB + kPfStageW + i * 16;
   const int64_t w_group = static_cast<int64_t>(o.kc_count) * 128;  // uint4 per row group
-  uint32_t n = 0, published = 0;  // chunks filled, chunks published
-  PfCursor fill, pub;              // where they are in the ring
+  uint32_t n = 0;  // chunks filled
+  PfCursor fill;   // where the next one goes in the ring
   const PfPlan plan = pf_plan<kTok, kClaim>(o);
   PfWalk at;  // this warp's place in the tile sequence
   for (uint32_t round = 0;; ++round) {
@@ -400,10 +402,13 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     const PfTile& t = work.tile;
     if (t.e < 0) {
       if constexpr (kClaim) {
-        // The end header, in a stage of its own, published below as an empty copy group.
+        // The end header, in a stage of its own, published as a chunk without copies.
         if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[fill.stage], fill.phase ^ 1u);
-        if (i == 0) pf_store_header<kTok>(ring.stages + fill.stage * Geo::kStageBytes, work);
-        cp_async_commit();
+        if (i == 0) {
+          pf_store_header<kTok>(ring.stages + fill.stage * Geo::kStageBytes, work);
+          mbar_arrive(&ring.full[fill.stage]);  // releases the header
+        }
+        cp_async_arrive_noinc(&ring.full[fill.stage]);
         ++n;
         fill.advance();
       }
@@ -439,24 +444,16 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       for (int q = 0; q < kPfRowGroups; ++q)
         if (q < groups) cp_async_16(st + w_dst + 2048 * q, w_src + (q * w_group + kc * 128));
       if (s_copy) cp_async_16(st + s_dst, s_src + kc * 8);
-      cp_async_commit();
+      // kClaim: thread 0's plain arrival releases the header (the copies' arrival, made by
+      // the copy engine, orders no store of the thread's own).
+      if (kClaim && i == 0) mbar_arrive(&ring.full[s]);
+      cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copies have landed
       ++n;
       fill.advance();
-      if (n > static_cast<uint32_t>(kPfLag)) {
-        cp_async_wait<kPfLag>();
-        fence_proxy_async_shared();
-        mbar_arrive(&ring.full[pub.stage]);
-        ++published;
-        pub.advance();
-      }
     }
   }
-  cp_async_wait<0>();
-  fence_proxy_async_shared();
-  for (; published < n; ++published) {
-    mbar_arrive(&ring.full[pub.stage]);
-    pub.advance();
-  }
+  cp_async_commit();
+  cp_async_wait<0>();  // no copy outlives its thread
 }
 
 /// Producer for contiguous B rows (GEMM2), warp 0 of warpgroup 0 (the other three leave):
@@ -593,6 +590,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     const int s = cur.stage;
     asm volatile("" : "+r"(w_addr), "+r"(s_addr));
     mbar_wait(&ring.full[s], cur.phase);
+    fence_proxy_async_shared();  // the producers' cp.async rows, for the wgmmas (async proxy)
     const uint8_t* st = ring.stages + s * Geo::kStageBytes;
     const uint32_t so = static_cast<uint32_t>(s) * Geo::kStageBytes;
     const uint4 wa = lds_u4(w_addr + so);
@@ -673,8 +671,8 @@ template <bool kGated, int kTok, bool kTmaB, class Epilogue>
 __device__ __forceinline__ void pf_run(const PfOperands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
   using Geo = PfGeometry<kTok>;
   const PfRing ring = pf_ring<kTok>(dyn_smem);
-  pf_init_barriers(ring, kTmaB ? 1u : 128u);
   constexpr bool kClaim = prefill_claims(kGated, kTok);
+  pf_init_barriers(ring, kTmaB ? 1u : kClaim ? 129u : 128u);
   static_assert(!(kClaim && kTmaB), "claimed items come from pf_producer's headers");
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
