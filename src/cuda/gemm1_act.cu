@@ -857,109 +857,88 @@ void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
 
 // FP8 mode (wgmma_fp8.cuh; engine.h fp8_weights): consumer warp w of warpgroup wg holds,
 // for 128 tokens, the gate (row g, acc[4j + c]) and the up value (row g + 8,
-// acc[4j + 2 + c]) of intermediate column 32 rg + 8w + g, rg = 2 rb + wg. The MXFP8 block
-// of a token's 32 columns spans the warpgroup's 4 warps: 3 xor-shuffles over g, then the
-// 4 warps meet in shared memory. Pass 1 rotates each half of the accumulator as
-// pf_store_activated's 128-token tile does.
-// Pass 2 gathers each token's 32 bytes in shared memory and stores them as a row.
+// acc[4j + 2 + c]) of the tile's intermediate column 32 wg + 8w + g (column 32 rg + 8w + g
+// of the intermediate, rg = 2 rb + wg) for token 8j + 2t + c. The consumers only stage
+// them (f8_stage_tile); the drain warpgroup computes the activation and the MXFP8 blocks
+// (f8_drain_tile) while the consumers run the next tile's mainloop (f8_run).
 #if defined(MXMOE_SM90A)
-template <int kAct>
-__device__ __forceinline__ void f8_store_activated(const Gemm1Params& p, float (&acc)[64], float2 row_scales,
-                                                   const PfTile& tile, int wg, float* s_amax,
-                                                   uint8_t* s_out) {
-  constexpr int kStep = 2;  // token blocks per iteration of pass 1
+/// The consumers' epilogue: gate and up with the row scale and the bias applied (one FFMA
+/// each: f8_row_scales; no bias adds -0, which leaves every value as it is), into the
+/// staged tile at rows c and 64 + c (f8_staged_index), float2 per token pair.
+__device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float (&acc)[64], float2 row_scales,
+                                              const PfTile& tile, int wg, float* staged) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int rg = tile.rb * 2 + wg;
-  const bool rg_ok = rg < p.w13f8.rows / 64;
-  const int e = tile.e, count = p.counts[e], off = p.offsets[e];
+  const int64_t N = p.intermediate;
+  const float* bias = p.bias && rg < p.w13f8.rows / 64 ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 64 * rg : nullptr;
+  const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
+  const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
+  const int col = 32 * wg + 8 * warp + g;
+  float* sg = staged + col * kPfTokens;         // row col
+  float* su = staged + (64 + col) * kPfTokens;  // row 64 + col
+  const int swz = (col & 3) << 3;  // f8_staged_index's, the same for both rows
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int n = (8 * j + 2 * t) ^ swz;  // f8_staged_index(row, 8j + 2t) - row * kPfTokens
+    *reinterpret_cast<float2*>(sg + n) = make_float2(fmaf(acc[4 * j], row_scales.x, bias_g),
+                                                     fmaf(acc[4 * j + 1], row_scales.x, bias_g));
+    *reinterpret_cast<float2*>(su + n) = make_float2(fmaf(acc[4 * j + 2], row_scales.y, bias_u),
+                                                     fmaf(acc[4 * j + 3], row_scales.y, bias_u));
+  }
+}
+
+/// The drain warpgroup's epilogue of one staged tile: thread n takes token n (routed row
+/// off + 128 tt + n) and, per MXFP8 block (the tile's columns 32b .. 32b + 31, b < 2), its
+/// 32 activations (written back over the gates), their amax (fmaxf from the first: a NaN
+/// is dropped as fmt::block_amax does, an Inf kept as the exact epilogues do,
+/// docs/HARDENING.md §8), the formats.h scale byte and the 32 E4M3 codes, stored as two
+/// 16-byte pieces of the token's row. A whole block per thread: no shuffles, no barriers.
+template <int kAct>
+__device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile& tile, float* staged) {
+  const int n = threadIdx.x & 127;
+  const int e = tile.e;
+  if (n >= p.counts[e] - tile.tt * kPfTokens) return;  // padding token
+  const int64_t row = p.offsets[e] + static_cast<int64_t>(tile.tt) * kPfTokens + n;
   const int64_t N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
-  const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
-  // No bias adds -0, which leaves every value as it is (f8_row_scales: one FFMA each).
-  const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
-  const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
-  const int barrier = 1 + wg;  // named barrier of this consumer warpgroup
-  float* s_amax_w = s_amax + (wg * 4 + warp) * kPfTokens;
-  const int rows_left = rg_ok ? count - tile.tt * kPfTokens : 0;
-  // As pf_store_activated's 128-token tile: one rolled loop per half of the tile, each
-  // rotating only its 32 slots (half the moves of rotating all 64), skipping per
-  // iteration so that its four activations form one branch-free stretch, their shuffles
-  // after them (a tile whose rows end in an iteration's first block computes one block
-  // of padding, never stored).
-  constexpr int kHalfBlocks = kPfTokens / 8 / 2;
-  auto pass1_half = [&](auto half_c) {
-    constexpr int kHalf = decltype(half_c)::value;
-    constexpr int kFirstSlot = 4 * kHalfBlocks * kHalf;
 #pragma unroll 1
-    for (int j0 = kHalfBlocks * kHalf; j0 < kHalfBlocks * (kHalf + 1); j0 += kStep) {
-      if (8 * j0 < rows_left) {
-        float amax[kStep][2];
-#pragma unroll
-        for (int jj = 0; jj < kStep; ++jj) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float gate = fmaf(acc[kFirstSlot + 4 * jj + c], row_scales.x, bias_g);
-            const float up = fmaf(acc[kFirstSlot + 4 * jj + 2 + c], row_scales.y, bias_u);
-            const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
-            acc[kFirstSlot + 4 * jj + c] = v;
-            // fmaxf drops NaN, as fmt::block_amax does; unlike it, it keeps an Inf, as the
-            // exact epilogues do (a known difference, docs/HARDENING.md §8)
-            amax[jj][c] = fabsf(v);
-          }
-        }
-#pragma unroll
-        for (int jj = 0; jj < kStep; ++jj)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) publish_block_amax(s_amax_w, g, t, j0 + jj, c, amax[jj][c]);
-      }
-      rotate_down_range<kStep, kFirstSlot, 4 * kHalfBlocks>(acc);
+  for (int b = 0; b < 2; ++b) {
+    const int rg = tile.rb * 2 + b;
+    if (rg >= p.w13f8.rows / 64) break;  // the padding rows of the last block
+    float amax = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < 32; ++c) {
+      float* sg = staged + f8_staged_index(32 * b + c, n);
+      const float v = am::gated_activation_t<kAct>(*sg, staged[f8_staged_index(64 + 32 * b + c, n)], alpha, beta,
+                                                   limit);
+      *sg = v;
+      amax = c == 0 ? fabsf(v) : fmaxf(amax, fabsf(v));
     }
-  };
-  pass1_half(std::integral_constant<int, 0>{});
-  pass1_half(std::integral_constant<int, 1>{});
-  named_barrier_sync(barrier, 128);
-  ColumnScales<kPfTokens> scales;
-  const float* am4 = s_amax + wg * 4 * kPfTokens;
-  scales.compute(rows_left, p.rule, [&](int n) {
-    return fmaxf(fmaxf(am4[n], am4[kPfTokens + n]), fmaxf(am4[2 * kPfTokens + n], am4[3 * kPfTokens + n]));
-  });
-  // Token 32 i + lane's scale byte from the lane that holds it (every warp holds the same).
-  const int64_t row0 = off + static_cast<int64_t>(tile.tt) * kPfTokens;  // the tile's first routed row
-  if (warp == 0) {
+    const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
+    const float inv = fmt::mx_inv_scale(sb);
+    uint32_t q[8];
 #pragma unroll
-    for (int i = 0; i < kPfTokens / 32; ++i)
-      if (32 * i + lane < rows_left) p.inter_scale[(row0 + 32 * i + lane) * kbN + rg] = static_cast<uint8_t>(scales.byte[i]);
-  }
-  uint8_t* s_q = s_out + wg * kPfTokens * kF8OutPitch;  // [token][kF8OutPitch]
+    for (int w = 0; w < 8; ++w) {
+      q[w] = 0;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    if (8 * j >= rows_left) break;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int n = 8 * j + 2 * t + c;
-      const float inv = scales.inv_of(j, n);  // the whole warp
-      s_q[n * kF8OutPitch + 8 * warp + g] = fmt::float_to_e4m3(acc[4 * j + c] * inv);
+      for (int i = 0; i < 4; ++i)
+        q[w] |= static_cast<uint32_t>(fmt::float_to_e4m3(staged[f8_staged_index(32 * b + 4 * w + i, n)] * inv))
+                << (8 * i);
     }
+    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + row * N + 32 * rg);
+    dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    p.inter_scale[row * kbN + rg] = sb;
   }
-  named_barrier_sync(barrier, 128);
-  // Token i's 32 bytes (intermediate columns 32 rg ..), as two 16-byte stores (N is a
-  // multiple of 32, the buffer 256-byte aligned).
-  if (const int i = threadIdx.x & 127; i < rows_left) {
-    const uint4* src = reinterpret_cast<const uint4*>(s_q + i * kF8OutPitch);
-    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + (row0 + i) * N + 32 * rg);
-    dst[0] = src[0];
-    dst[1] = src[1];
-  }
-  named_barrier_sync(barrier, 128);  // s_amax and s_q are rewritten for the next tile
 }
 #endif
 
 // One kernel per activation kind (am::with_activation_kind) and weight form (kRowScale:
 // the row form, engine.h fp8_weights).
 template <int kAct, bool kRowScale>
-__global__ void __launch_bounds__(kPfThreads, 1)
+__global__ void __launch_bounds__(F8Cta<true>::kThreads, 1)
     gemm1_fp8_kernel(const Gemm1Params p, const __grid_constant__ CUtensorMap w_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
@@ -967,13 +946,17 @@ __global__ void __launch_bounds__(kPfThreads, 1)
                      .groups = p.w13f8.groups, .b = p.xf, .bs = p.xf_scale, .row_map = p.row_map,
                      .top_k = static_cast<int>(p.top_k), .counts = p.counts, .offsets = p.offsets,
                      .num_local = p.num_local};
-  f8_run<false, kRowScale>(o, f8_smem, [&](float (&acc)[64], float2 row_scales, const PfTile& tile, int wg,
-                                           const F8Ring& ring) {
-    // As gemm1_prefill_kernel.
-    am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
-      f8_store_activated<decltype(form)::value>(p, acc, row_scales, tile, wg, ring.amax, ring.out);
-    });
-  });
+  f8_run<false, kRowScale>(
+      o, f8_smem,
+      [&](const float (&acc)[64], float2 row_scales, const PfTile& tile, int wg, const F8Ring& ring) {
+        f8_stage_tile(p, acc, row_scales, tile, wg, ring.staged);
+      },
+      [&](const PfTile& tile, float* staged) {
+        // As gemm1_prefill_kernel.
+        am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
+          f8_drain_tile<decltype(form)::value>(p, tile, staged);
+        });
+      });
 #endif
 }
 
@@ -1001,8 +984,8 @@ void for_each_activation_kind(F&& f) {
 
 void check_gemm1_fp8_kernel() {
   for_each_activation_kind([&](auto k) {
-    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, false>), "gemm1_fp8_kernel");
-    f8_check_registers(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, true>), "gemm1_fp8_kernel");
+    f8_check_registers<true>(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, false>), "gemm1_fp8_kernel");
+    f8_check_registers<true>(reinterpret_cast<const void*>(gemm1_fp8_kernel<decltype(k)::value, true>), "gemm1_fp8_kernel");
   });
 }
 
@@ -1037,8 +1020,9 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
     am::with_activation_kind(p.activation, [&](auto kind) {
       with_bool(p.w13f8.row_scale, [&](auto row_c) {
         const auto kernel = gemm1_fp8_kernel<decltype(kind)::value, decltype(row_c)::value>;
-        MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
-        kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+        using Cta = F8Cta<true>;
+        MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cta::kSmemBytes));
+        kernel<<<prefill_ctas(), Cta::kThreads, Cta::kSmemBytes, stream>>>(
             p, fp8_codes_map(p.w13f8.codes, int64_t{p.num_local} * p.w13f8.rows_p, p.w13f8.cols_p));
         MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
       });

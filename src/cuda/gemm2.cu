@@ -318,7 +318,7 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
 // rg = 2 rb + wg, every scale but the row form's applied (no range factor). kRowScale:
 // the weights' row form (engine.h fp8_weights), whose row scales pf_store_y applies.
 template <bool kRowScale>
-__global__ void __launch_bounds__(kPfThreads, 1)
+__global__ void __launch_bounds__(F8Cta<false>::kThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
                      const __grid_constant__ CUtensorMap b_map) {
 #if defined(MXMOE_SM90A)
@@ -399,8 +399,8 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
 }
 
 void check_gemm2_fp8_kernel() {
-  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel<false>), "gemm2_fp8_kernel");
-  f8_check_registers(reinterpret_cast<const void*>(gemm2_fp8_kernel<true>), "gemm2_fp8_kernel");
+  f8_check_registers<false>(reinterpret_cast<const void*>(gemm2_fp8_kernel<false>), "gemm2_fp8_kernel");
+  f8_check_registers<false>(reinterpret_cast<const void*>(gemm2_fp8_kernel<true>), "gemm2_fp8_kernel");
 }
 
 // GEMM2's 8-row decode class has 4 stages at every M (heuristics.h fast_depth): its
@@ -416,8 +416,9 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                     "scales, the FP8 weights and no split");
     with_bool(p.w2f8.row_scale, [&](auto row_c) {
       const auto kernel = gemm2_fp8_kernel<decltype(row_c)::value>;
-      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kF8SmemBytes));
-      kernel<<<prefill_ctas(), kPfThreads, kF8SmemBytes, stream>>>(
+      using Cta = F8Cta<false>;
+      MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cta::kSmemBytes));
+      kernel<<<prefill_ctas(), Cta::kThreads, Cta::kSmemBytes, stream>>>(
           p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p),
           fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p));
       MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common.cuh"
 #include "engine.h"
@@ -44,26 +45,43 @@ inline constexpr int kF8StageB = kF8Rows * kF8Group;           // 128 token rows
 inline constexpr int kF8StageSA = kF8StageB + kPfTokens * kF8Group;  // 128 f32 row scales
 inline constexpr int kF8StageSB = kF8StageSA + kF8Rows * 4;    // 128 f32 token scales
 inline constexpr int kF8StageBytes = 33 * 1024;                // stays 1024-aligned
-inline constexpr int kF8Stages = 6;                            // ring depth
+/// Ring depth. 4 stages measured as fast as 6 once the producers stopped waiting for their
+/// copies (session 36: FP8 layer -0.6% to +0.8% at M=512..4096), and leave GEMM1 the room
+/// for its staged tile.
+inline constexpr int kF8Stages = 4;
 using F8Cursor = RingCursor<kF8Stages>;
 static_assert(kF8StageSB + kPfTokens * 4 <= kF8StageBytes, "stage overflow");
-inline constexpr int kF8AmaxFloats = 2 * 4 * kPfTokens;        // GEMM1 epilogue exchange
-/// GEMM1's epilogue: per consumer warpgroup, its 32 intermediate bytes of each of the
-/// tile's 128 tokens, gathered into rows (pitch 48: conflict-free byte writes and 16-byte
-/// row reads) and stored 16 bytes at a time.
-inline constexpr int kF8OutPitch = 48;
-inline constexpr int kF8OutBytes = 2 * kPfTokens * kF8OutPitch;
-/// Dynamic shared memory of one FP8 CTA (1 KB of slack to align the ring).
-inline constexpr int kF8SmemBytes =
-    1024 + kF8Stages * kF8StageBytes + 2 * kF8Stages * 8 + kF8AmaxFloats * 4 + kF8OutBytes;
+/// GEMM1's staged tile (f8_run with a drain warpgroup): the fp32 gate and up values of the
+/// tile's 64 intermediate columns for its 128 tokens, [128 rows][128 tokens]
+/// (f8_staged_index).
+inline constexpr int kF8StagedBytes = 2 * 64 * kPfTokens * 4;
 
-/// Registers per thread of the producer and of the consumers (setmaxnreg, f8_run).
-inline constexpr int kF8ProducerRegs = 104;
-inline constexpr int kF8ConsumerRegs = 200;
+/// The CTA of an FP8 kernel: warpgroup 0 the producer, 1 and 2 the consumers, and with
+/// kDrain warpgroup 3 the drain (GEMM1's epilogue), with their setmaxnreg split of the
+/// registers the CTA is launched with (ptxas's count: 168 at 384 threads, 128 at 512).
+/// The producer's 16 row addresses per group need more than the exact path's 56 (it
+/// spilled); the consumers need 128 for acc and scratch.
+template <bool kDrain>
+struct F8Cta {
+  static constexpr int kThreads = kDrain ? 512 : 384;
+  static constexpr int kProducerRegs = kDrain ? 72 : 104;
+  static constexpr int kConsumerRegs = kDrain ? 184 : 200;
+  static constexpr int kDrainRegs = kDrain ? 72 : 0;
+  static constexpr int kLaunchRegs = kDrain ? 128 : 168;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs + 128 * kDrainRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg split");
+  /// Dynamic shared memory (1 KB of slack to align the ring): the stages, the staged tile,
+  /// the ring's barriers and the staged tile's two.
+  static constexpr int kSmemBytes =
+      1024 + kF8Stages * kF8StageBytes + (kDrain ? kF8StagedBytes : 0) + 2 * kF8Stages * 8 + (kDrain ? 16 : 0);
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+};
 /// wgmma_mx.cuh check_register_split with this mode's split; checked when a layer is
 /// built (check_gemm*_fp8_kernel).
+template <bool kDrain>
 inline void f8_check_registers(const void* kernel, const char* name) {
-  check_register_split(kernel, name, kF8ProducerRegs, kF8ConsumerRegs);
+  using Cta = F8Cta<kDrain>;
+  check_register_split(kernel, name, Cta::kProducerRegs, Cta::kConsumerRegs, Cta::kDrainRegs, Cta::kThreads);
 }
 
 /// TMA map of FP8 weight codes [rows][cols_p] (all experts' padded rows), boxes of one
@@ -94,28 +112,43 @@ struct F8Operands {
 /// landed, and thread 0's arming of the weights' TMA bytes.
 inline constexpr uint32_t kF8FullArrivals = 128 + 1;
 
-/// The ring in dynamic shared memory.
+/// The ring in dynamic shared memory, and GEMM1's staged tile.
 struct F8Ring {
-  uint8_t* stages;   // [kF8Stages][kF8StageBytes], 1024-aligned
-  uint64_t* full;    // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes (weights; GEMM2's token rows)
-  uint64_t* empty;   // [kF8Stages]: 256 consumer-thread arrivals
-  float* amax;       // [2][4][kPfTokens]
-  uint8_t* out;      // [2][kPfTokens][kF8OutPitch] (GEMM1's epilogue), 16-byte aligned
+  uint8_t* stages;         // [kF8Stages][kF8StageBytes], 1024-aligned
+  uint64_t* full;          // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes (weights; GEMM2's token rows)
+  uint64_t* empty;         // [kF8Stages]: 256 consumer-thread arrivals
+  float* staged;           // kDrain: [kF8StagedBytes / 4] (f8_staged_index), else null
+  uint64_t* staged_full;   // kDrain: 256 consumer-thread arrivals once a tile is staged
+  uint64_t* staged_empty;  // kDrain: 128 drain-thread arrivals once it is read
 };
+
+/// Where the staged tile holds row r (gate of column c: r = c; up: r = 64 + c) of token n:
+/// rows of 128 tokens, the token's word XOR-swizzled by (r & 3) << 3 inside its group of
+/// 32, so that the consumers' float2 stores (8 rows x 4 pairs per half warp) and the drain
+/// warps' reads (32 tokens of one row) are both free of bank conflicts.
+__device__ __forceinline__ int f8_staged_index(int r, int n) { return r * kPfTokens + (n ^ ((r & 3) << 3)); }
 
 #if defined(MXMOE_SM90A)
 
+template <bool kDrain>
 __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   F8Ring r;  // aligned by pointer arithmetic, as pf_ring
   r.stages = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
-  r.full = reinterpret_cast<uint64_t*>(r.stages + kF8Stages * kF8StageBytes);
+  uint8_t* past = r.stages + kF8Stages * kF8StageBytes;
+  r.staged = kDrain ? reinterpret_cast<float*>(past) : nullptr;
+  if constexpr (kDrain) past += kF8StagedBytes;
+  r.full = reinterpret_cast<uint64_t*>(past);
   r.empty = r.full + kF8Stages;
-  r.amax = reinterpret_cast<float*>(r.empty + kF8Stages);
-  r.out = reinterpret_cast<uint8_t*>(r.amax + kF8AmaxFloats);
+  r.staged_full = kDrain ? r.empty + kF8Stages : nullptr;
+  r.staged_empty = kDrain ? r.staged_full + 1 : nullptr;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kF8Stages; ++s) {
       mbar_init(&r.full[s], kF8FullArrivals);
       mbar_init(&r.empty[s], 256);
+    }
+    if constexpr (kDrain) {
+      mbar_init(r.staged_full, 256);
+      mbar_init(r.staged_empty, 128);
     }
   }
   __syncthreads();
@@ -264,32 +297,60 @@ __device__ __forceinline__ float2 f8_row_scales(const F8Operands& o, const PfTil
   }
 }
 
+/// No drain warpgroup (f8_run; GEMM2).
+struct F8NoDrain {};
+
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
 /// loop, which hands each tile's accumulator to `epilogue(acc, row_scales, tile, wg, ring)`
-/// (row_scales: f8_row_scales, for the epilogue to apply). kTmaB:
-/// the token rows by TMA (f8_producer; GEMM2). kRowScale: the weights' row form.
-template <bool kTmaB, bool kRowScale, class Epilogue>
-__device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue) {
-  const F8Ring ring = f8_ring(dyn_smem);
+/// (row_scales: f8_row_scales, for the epilogue to apply). kTmaB: the token rows by TMA
+/// (f8_producer; GEMM2). kRowScale: the weights' row form.
+/// With a drain (GEMM1, F8Cta<true>): the consumers' epilogue only stages the tile in
+/// shared memory (ring.staged), and warpgroup 3 runs `drain(tile, ring.staged)` on it
+/// while the consumers go on with the next tile's mainloop; staged_full and staged_empty
+/// hand the one staged tile back and forth. Why: GEMM1's activation and quantization kept
+/// both consumer warpgroups, and so the tensor cores, away from the mainloop for ~30% of
+/// GEMM1's time (without them the FP8 layer took 22% less at M=4096; session 36).
+template <bool kTmaB, bool kRowScale, class Epilogue, class Drain = F8NoDrain>
+__device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue,
+                                       Drain&& drain = {}) {
+  constexpr bool kDrain = !std::is_same_v<std::decay_t<Drain>, F8NoDrain>;
+  using Cta = F8Cta<kDrain>;
+  const F8Ring ring = f8_ring<kDrain>(dyn_smem);
   const int wg = static_cast<int>(threadIdx.x) / 128;
-  // Registers: the producer's 16 row addresses per group need more than the exact path's
-  // 56 (it spilled); the consumers need 128 for acc and scratch. setmaxnreg.inc only
-  // takes what a .dec gave back to the CTA, which was launched with 384 x 168 (ptxas's
-  // count): 128 x 104 + 256 x 200 = 384 x 168. (Asking for more never returns.)
+  // setmaxnreg.inc only takes what a .dec gave back to the CTA (F8Cta's split; asking for
+  // more never returns).
   if (wg == 0) {
-    setmaxnreg_dec<kF8ProducerRegs>();
+    setmaxnreg_dec<Cta::kProducerRegs>();
     f8_producer<kTmaB, kRowScale>(o, ring);
     return;
   }
-  setmaxnreg_inc<kF8ConsumerRegs>();
+  if constexpr (kDrain) {
+    if (wg == 3) {
+      setmaxnreg_dec<Cta::kDrainRegs>();
+      PfWalk at;
+      for (uint32_t k = 0, ti = blockIdx.x;; ++k, ti += gridDim.x) {
+        const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
+        if (tile.e < 0) break;
+        mbar_wait(ring.staged_full, k & 1u);
+        drain(tile, ring.staged);
+        mbar_arrive(ring.staged_empty);
+      }
+      return;
+    }
+  }
+  setmaxnreg_inc<Cta::kConsumerRegs>();
   F8Cursor cur;
   PfWalk at;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), ti, at);
+  for (uint32_t k = 0, ti = blockIdx.x;; ++k, ti += gridDim.x) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
     if (tile.e < 0) break;
     float acc[64];
     f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
+    if constexpr (kDrain) {
+      if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
+    }
     epilogue(acc, f8_row_scales<kRowScale>(o, tile, wg - 1), tile, wg - 1, ring);
+    if constexpr (kDrain) mbar_arrive(ring.staged_full);
   }
 }
 

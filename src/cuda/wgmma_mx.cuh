@@ -90,15 +90,17 @@ struct PfGeometry {
 
 /// setmaxnreg.inc only takes registers that a .dec gave back to the CTA, which holds what
 /// the kernel was launched with (ptxas's count x kPfThreads): a split beyond it would leave
-/// the consumers waiting forever. Throws Error unless `kernel` (a kPfThreads-thread
-/// kernel: one producer and two consumer warpgroups) holds its split; the layer checks
-/// its prefill and FP8-mode kernels once when it is built.
-inline void check_register_split(const void* kernel, const char* name, int producer_regs, int consumer_regs) {
+/// the consumers waiting forever. Throws Error unless `kernel` (one producer and two
+/// consumer warpgroups, and a drain warpgroup where drain_regs > 0: `threads` threads)
+/// holds its split; the layer checks its prefill and FP8-mode kernels once when it is built.
+inline void check_register_split(const void* kernel, const char* name, int producer_regs, int consumer_regs,
+                                 int drain_regs = 0, int threads = kPfThreads) {
   cudaFuncAttributes a{};
   MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-  if (a.numRegs * kPfThreads < 128 * producer_regs + 256 * consumer_regs)
+  if (a.numRegs * threads < 128 * producer_regs + 256 * consumer_regs + 128 * drain_regs)
     throw Error(detail::cat(name, ": launched with ", a.numRegs, " registers per thread, fewer than its ",
-                            "setmaxnreg split (", producer_regs, " / ", consumer_regs, ") needs"));
+                            "setmaxnreg split (", producer_regs, " / ", consumer_regs, " / ", drain_regs,
+                            ") needs"));
 }
 /// check_register_split for a prefill kernel of kTok-token tiles (PfGeometry's split).
 template <int kTok>
