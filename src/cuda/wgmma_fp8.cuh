@@ -12,7 +12,8 @@
 // consumers' issue slots). So the FP8 accumulation inside the tensor cores never spans
 // more than 128 products.
 //
-// CTA = 3 warpgroups, 1 CTA per SM, a grid of one CTA per SM looping over tiles:
+// CTA = 3 warpgroups (GEMM2) or 4 (GEMM1; F8Cta), a grid of one CTA per SM looping over
+// tiles:
 //   warpgroup 0 (producer): each group's 128 weight rows (one TMA box) and 128 token rows
 //     (cp.async in GEMM1, which gathers them by token; one more TMA box in GEMM2), 128
 //     bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales, into a
@@ -21,6 +22,8 @@
 //     producer thread's arrival once its copies have landed (cp_async_arrive_noinc).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
 //     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
+//   warpgroup 3 (GEMM1's drain): the epilogue of the tile the consumers staged in shared
+//     memory, while they run the next one (f8_run).
 // Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
 // sequence (pf_tile) and the ring bookkeeping (RingCursor) are wgmma_mx.cuh's.
 #pragma once
