@@ -871,7 +871,8 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
   const int g = lane >> 2, t = lane & 3;
   const int rg = tile.rb * 2 + wg;
   const int64_t N = p.intermediate;
-  const float* bias = p.bias && rg < p.w13f8.rows / 64 ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 64 * rg : nullptr;
+  const bool rg_ok = rg < p.w13f8.rows / 64;  // else the padding rows of the last block
+  const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 64 * rg : nullptr;
   const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
   const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
   const int col = 32 * wg + 8 * warp + g;

@@ -16,9 +16,9 @@
 //     swizzled rows, the wgmma K-major layout), the CTA's 4 x 64 tiled weight rows and
 //     their scale words. GEMM1 gathers its B rows by token: cp.async by all 128 threads,
 //     each arriving on the stage's `full` mbarrier once its copies have landed
-//     (pf_producer, cp_async_arrive_noinc). GEMM2's B rows are contiguous: one warp hands the chunk to the TMA
-//     engine (one tensor-map box for B, bulk copies for the weights), and `full`
-//     completes on the bytes (pf_producer_tma).
+//     (pf_producer, cp_async_arrive_noinc). GEMM2's B rows are contiguous: one warp
+//     hands the chunk to the TMA engine (one tensor-map box for B, bulk copies for the
+//     weights), and `full` completes on the bytes (pf_producer_tma).
 //   warpgroups 1, 2 (consumers, 224 registers; 104 at two CTAs per SM): each owns 2 of
 //     the 4 row groups and all kTok tokens: per 64-K chunk it decodes the A fragments
 //     (weights) of both MX blocks from shared memory into registers and issues one
@@ -592,7 +592,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     const int s = cur.stage;
     asm volatile("" : "+r"(w_addr), "+r"(s_addr));
     mbar_wait(&ring.full[s], cur.phase);
-    fence_proxy_async_shared();  // the producers' cp.async rows, for the wgmmas (async proxy)
+    fence_proxy_async_shared();  // pf_producer's cp.async rows, for the wgmmas (async proxy)
     const uint8_t* st = ring.stages + s * Geo::kStageBytes;
     const uint32_t so = static_cast<uint32_t>(s) * Geo::kStageBytes;
     const uint4 wa = lds_u4(w_addr + so);
