@@ -590,9 +590,9 @@ __device__ __forceinline__ void rotate_down(float (&a)[kN]) {
 }
 
 // The amax of token 8 j + 2 t + c over the warp's 8 lanes g (their columns), published by
-// lane g = 0 to the warp's row of amaxes (s_amax_w, by token) for pass 2: both prefill
-// epilogues' block amax, before the warps of a block meet in shared memory. g, t: the
-// lane's lane >> 2 and lane & 3, as the callers hold them.
+// lane g = 0 to the warp's row of amaxes (s_amax_w, by token) for pass 2: the exact
+// prefill epilogue's block amax (both of its pass-1 forms), before the warps of a block
+// meet in shared memory. g, t: the lane's lane >> 2 and lane & 3, as the callers hold them.
 __device__ __forceinline__ void publish_block_amax(float* s_amax_w, int g, int t, int j, int c, float amax) {
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
   amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
