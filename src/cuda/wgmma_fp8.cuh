@@ -177,6 +177,9 @@ template <bool kTmaB, bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
+  // Token row r0 + 16m of a stage at b_dst + 2048m (the swizzle's r & 7 is r0 & 7 for
+  // every m).
+  const int b_dst = kF8StageB + r0 * kF8Group + ((c ^ (r0 & 7)) << 4);
   const int rb_count = o.rb_count();
   const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
   uint32_t n = 0;
@@ -186,16 +189,32 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
     if (t.e < 0) break;
     const int count = o.counts[t.e], off = o.offsets[t.e];
-    const auto b_row = [&](int row) -> int64_t {  // staged row of tile row `row`, or -1
-      if (row >= count) return -1;
+    const auto b_row = [&](int row) -> int64_t {  // staged row of tile row `row` (< count)
       const int64_t grow = off + row;
       return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
     };
-    int64_t src[8];
+    // Every source is a base set up once per tile plus the group's offset, without selects:
+    // group 0 of token row r0 + 16m's piece, or (bit m of `live` clear: past the expert's
+    // rows) of row 0's, copied as zeros (source size 0, never read); the same for the token
+    // scale of row i. Why: the per-group address arithmetic (row or -1, select, 64-bit
+    // multiply, the base reloaded from the parameters) came to ~170 instructions per warp
+    // and group, and the producer warp, which shares its scheduler with two consumer warps
+    // and a drain warp, was the busiest warp of the CTA: the consumers waited for it ~17% of
+    // their time (ncu, session 37). As pf_producer since session 14.
+    const uint8_t* b_src[8];
+    uint32_t live = 0;
+    if constexpr (!kTmaB) {
 #pragma unroll
-    for (int m = 0; m < 8; ++m) src[m] = kTmaB ? 0 : b_row(t.tt * kPfTokens + r0 + 16 * m);
+      for (int m = 0; m < 8; ++m) {
+        const int row = t.tt * kPfTokens + r0 + 16 * m;
+        const bool ok = row < count;
+        b_src[m] = o.b + (ok ? b_row(row) * bstride : 0) + c * 16;
+        live |= static_cast<uint32_t>(ok) << m;
+      }
+    }
+    const bool my_ok = t.tt * kPfTokens + i < count;
+    const float* s_src = o.bs + (my_ok ? b_row(t.tt * kPfTokens + i) * o.groups : 0);
     const int brow0 = off + t.tt * kPfTokens;  // kTmaB: the tile's first row in the map
-    const int64_t my_row = b_row(t.tt * kPfTokens + i);
     const int wrow = t.e * o.rows_p + t.rb * kF8Rows;  // the block's first row in the map
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
     for (int kg = 0; kg < o.groups; ++kg) {
@@ -214,15 +233,10 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
       }
       if constexpr (!kTmaB) {
 #pragma unroll
-        for (int m = 0; m < 8; ++m) {
-          const int r = r0 + 16 * m;
-          const int swz = ((c ^ (r & 7)) << 4);
-          const uint8_t* g = src[m] >= 0 ? o.b + src[m] * bstride + kg * kF8Group + c * 16 : o.b;
-          cp_async_16_zfill(st + kF8StageB + r * kF8Group + swz, g, src[m] >= 0 ? 16u : 0u);
-        }
+        for (int m = 0; m < 8; ++m)
+          cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kg * kF8Group, (live >> m) & 1u ? 16u : 0u);
       }
-      cp_async_4_zfill(st + kF8StageSB + i * 4, my_row >= 0 ? o.bs + my_row * o.groups + kg : o.bs,
-                       my_row >= 0 ? 4u : 0u);
+      cp_async_4_zfill(st + kF8StageSB + i * 4, s_src + kg, my_ok ? 4u : 0u);
       cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copies have landed
       ++n;
       fill.advance();
