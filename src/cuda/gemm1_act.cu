@@ -875,17 +875,14 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 64 * rg : nullptr;
   const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
   const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
-  const int col = 32 * wg + 8 * warp + g;
-  float* sg = staged + col * kPfTokens;         // row col
-  float* su = staged + (64 + col) * kPfTokens;  // row 64 + col
-  const int swz = (col & 3) << 3;  // f8_staged_index's, the same for both rows
+  const int col = 32 * wg + 8 * warp + g;  // the gate's row of the staged tile, the up's 64 + col
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const int n = (8 * j + 2 * t) ^ swz;  // f8_staged_index(row, 8j + 2t) - row * kPfTokens
-    *reinterpret_cast<float2*>(sg + n) = make_float2(fmaf(acc[4 * j], row_scales.x, bias_g),
-                                                     fmaf(acc[4 * j + 1], row_scales.x, bias_g));
-    *reinterpret_cast<float2*>(su + n) = make_float2(fmaf(acc[4 * j + 2], row_scales.y, bias_u),
-                                                     fmaf(acc[4 * j + 3], row_scales.y, bias_u));
+    const int n = 8 * j + 2 * t;  // even: the swizzle moves whole groups of 8, so n + 1 stays next to n
+    *reinterpret_cast<float2*>(staged + f8_staged_index(col, n)) =
+        make_float2(fmaf(acc[4 * j], row_scales.x, bias_g), fmaf(acc[4 * j + 1], row_scales.x, bias_g));
+    *reinterpret_cast<float2*>(staged + f8_staged_index(64 + col, n)) =
+        make_float2(fmaf(acc[4 * j + 2], row_scales.y, bias_u), fmaf(acc[4 * j + 3], row_scales.y, bias_u));
   }
 }
 
