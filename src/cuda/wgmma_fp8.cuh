@@ -62,8 +62,10 @@ inline constexpr int kF8StagedBytes = 2 * 64 * kPfTokens * 4;
 /// The CTA of an FP8 kernel: warpgroup 0 the producer, 1 and 2 the consumers, and with
 /// kDrain warpgroup 3 the drain (GEMM1's epilogue), with their setmaxnreg split of the
 /// registers the CTA is launched with (ptxas's count: 168 at 384 threads, 128 at 512).
-/// The producer's 16 row addresses per group need more than the exact path's 56 (it
-/// spilled); the consumers need 128 for acc and scratch.
+/// The producer's row addresses spilled at the exact path's 56 when it computed them per
+/// group; set up per tile (session 37) they fit in 56, but giving the drain those 16
+/// registers (setmaxnreg 56 / 184 / 184 / 88, and its loop unrolled 8) was no faster. The
+/// consumers need 128 for acc and scratch.
 template <bool kDrain>
 struct F8Cta {
   static constexpr int kThreads = kDrain ? 512 : 384;
