@@ -179,7 +179,7 @@ template <bool kTmaB, bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
   const int c = i & 7, r0 = i >> 3;
-  // Token row r0 + 16m of a stage at b_dst + 2048m (the swizzle's r & 7 is r0 & 7 for
+  // Token row r0 + 16m of a stage at b_dst + 16m rows (the swizzle's r & 7 is r0 & 7 for
   // every m).
   const int b_dst = kF8StageB + r0 * kF8Group + ((c ^ (r0 & 7)) << 4);
   const int rb_count = o.rb_count();
@@ -236,7 +236,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
       if constexpr (!kTmaB) {
 #pragma unroll
         for (int m = 0; m < 8; ++m)
-          cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kg * kF8Group, (live >> m) & 1u ? 16u : 0u);
+          cp_async_16_zfill(st + b_dst + 16 * kF8Group * m, b_src[m] + kg * kF8Group, (live >> m) & 1u ? 16u : 0u);
       }
       cp_async_4_zfill(st + kF8StageSB + i * 4, s_src + kg, my_ok ? 4u : 0u);
       cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copies have landed
