@@ -433,6 +433,16 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     const uint4* w_src = o.w + group0 * w_group + i;  // row group q at + q * w_group
     const uint4* s_src = o.ws + (group0 + (i >> 3)) * o.kc_count * 8 + (i & 7);
     const bool s_copy = i < 32 && (i >> 3) < groups;
+    // Every source advances by its chunk's stride after each chunk, starting at the item's
+    // first: one 64-bit add per copy (session 37: recomputed from the tile's base, each
+    // B row's address took 4 instructions and each weight word's ~6, ~146 per warp and
+    // chunk in all, and the producer was busy ~80% of GEMM1's time at M=1024).
+    const uint4* w_at[kPfRowGroups];
+#pragma unroll
+    for (int q = 0; q < kPfRowGroups; ++q) w_at[q] = w_src + (q * w_group + work.kc_begin * 128);
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) b_src[m] += work.kc_begin * 64;
+    s_src += work.kc_begin * 8;
     for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
@@ -440,12 +450,17 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
       uint8_t* st = ring.stages + s * Geo::kStageBytes;
       if (kClaim && i == 0 && kc == work.kc_begin) pf_store_header<kTok>(st, work);
 #pragma unroll
-      for (int m = 0; m < kRows; ++m)
-        cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m] + kc * 64, (live >> m) & 1u ? 16u : 0u);
+      for (int m = 0; m < kRows; ++m) {
+        cp_async_16_zfill(st + b_dst + 2048 * m, b_src[m], (live >> m) & 1u ? 16u : 0u);
+        b_src[m] += 64;
+      }
 #pragma unroll
-      for (int q = 0; q < kPfRowGroups; ++q)
-        if (q < groups) cp_async_16(st + w_dst + 2048 * q, w_src + (q * w_group + kc * 128));
-      if (s_copy) cp_async_16(st + s_dst, s_src + kc * 8);
+      for (int q = 0; q < kPfRowGroups; ++q) {
+        if (q < groups) cp_async_16(st + w_dst + 2048 * q, w_at[q]);
+        w_at[q] += 128;
+      }
+      if (s_copy) cp_async_16(st + s_dst, s_src);
+      s_src += 8;
       // kClaim: thread 0's plain arrival releases the header (the copies' arrival, made by
       // the copy engine, orders no store of the thread's own).
       if (kClaim && i == 0) mbar_arrive(&ring.full[s]);
