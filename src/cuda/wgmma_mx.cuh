@@ -366,10 +366,11 @@ __device__ __forceinline__ void pf_init_barriers(const PfRing& r, uint32_t full_
 /// no thread waits for them and every stage can be in flight; waiting for its own copies
 /// two chunks later, as before session 36, held 3 chunks in flight and was 2-4% slower
 /// (PERFORMANCE.md).
-/// Every source is a base set up once per tile plus the chunk's offset, without selects
-/// (rows past the expert's read row 0 with source size 0): the producer warp shares its
-/// scheduler with two consumer warps, and the per-chunk arithmetic of the earlier form
-/// (offset or -1, select, multiply) came to ~245 instructions per chunk. The weight and
+/// Every source is set up once per tile, without selects (rows past the expert's read
+/// row 0 with source size 0), and advanced by its stride after each chunk: the producer
+/// warp shares its scheduler with two consumer warps, and the per-chunk arithmetic of the
+/// earlier forms came to ~245 instructions per chunk (offset or -1, select, multiply),
+/// then ~146 (the tile's base plus the chunk's offset; ~112 since session 37). The weight and
 /// scale words as bulk copies instead (B rows staying on cp.async) were slower: GEMM1
 /// 6.08 -> 6.26 ms at M=4096, 205 -> 257 us at M=32 (PERFORMANCE.md, session 14).
 template <int kTok, bool kClaim>
