@@ -437,7 +437,7 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     // Every source advances by its chunk's stride after each chunk, starting at the item's
     // first: one 64-bit add per copy (session 37: recomputed from the tile's base, each
     // B row's address took 4 instructions and each weight word's ~6, ~146 per warp and
-    // chunk in all, and the producer was busy ~80% of GEMM1's time at M=1024).
+    // chunk in all, and the producer was busy ~87% of GEMM1's time at M=1024).
     const uint4* w_at[kPfRowGroups];
 #pragma unroll
     for (int q = 0; q < kPfRowGroups; ++q) w_at[q] = w_src + (q * w_group + work.kc_begin * 128);
