@@ -202,7 +202,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
     // multiply, the base reloaded from the parameters) came to ~170 instructions per warp
     // and group, and the producer warp, which shares its scheduler with two consumer warps
     // and a drain warp, was the busiest warp of the CTA: the consumers waited for it ~17% of
-    // their time (ncu, session 37). As pf_producer since session 14.
+    // their time (ncu, session 37). pf_producer sets its sources up per tile the same way.
     const uint8_t* b_src[8];
     uint32_t live = 0;
     if constexpr (!kTmaB) {

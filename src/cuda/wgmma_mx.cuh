@@ -434,10 +434,9 @@ __device__ __forceinline__ void pf_producer(const PfOperands& o, const PfRing& r
     const uint4* w_src = o.w + group0 * w_group + i;  // row group q at + q * w_group
     const uint4* s_src = o.ws + (group0 + (i >> 3)) * o.kc_count * 8 + (i & 7);
     const bool s_copy = i < 32 && (i >> 3) < groups;
-    // Every source advances by its chunk's stride after each chunk, starting at the item's
-    // first: one 64-bit add per copy (session 37: recomputed from the tile's base, each
-    // B row's address took 4 instructions and each weight word's ~6, ~146 per warp and
-    // chunk in all, and the producer was busy ~87% of GEMM1's time at M=1024).
+    // From the item's first chunk on, each source advances by its stride after each chunk:
+    // one 64-bit add per copy (the docblock above; the producer was busy ~87% of GEMM1's
+    // time at M=1024 when each address was rebuilt from the tile's base, session 37).
     const uint4* w_at[kPfRowGroups];
 #pragma unroll
     for (int q = 0; q < kPfRowGroups; ++q) w_at[q] = w_src + (q * w_group + work.kc_begin * 128);
