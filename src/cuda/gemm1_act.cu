@@ -856,33 +856,41 @@ void launch_prefill(const Gemm1Params& p, cudaStream_t stream) {
 }
 
 // FP8 mode (wgmma_fp8.cuh; engine.h fp8_weights): consumer warp w of warpgroup wg holds,
-// for 128 tokens, the gate (row g, acc[4j + c]) and the up value (row g + 8,
-// acc[4j + 2 + c]) of the tile's intermediate column 32 wg + 8w + g (column 32 rg + 8w + g
-// of the intermediate, rg = 2 rb + wg) for token 8j + 2t + c. The consumers only stage
-// them (f8_stage_tile); the drain warpgroup computes the activation and the MXFP8 blocks
-// (f8_drain_tile) while the consumers run the next tile's mainloop (f8_run).
+// for tokens n = 64 wg + 16 w + 8 h + g (h = 0, 1), the block's weight rows 8j + 2t + c
+// (f8_mainloop). W13's FP8 rows come in groups of 16 (8 gates, then the 8 ups of the same
+// columns), so row 8j + 2t + c is the gate (j even) or the up (j odd) of the tile's
+// intermediate column 8 (j >> 1) + 2t + c (column 64 rb + that of the intermediate,
+// MX row group rg = 2 rb + (j >> 3)). The consumers only stage them (f8_stage_tile); the
+// drain warpgroup computes the activation and the MXFP8 blocks (f8_drain_tile) while the
+// consumers run the next tile's mainloop (f8_run).
 #if defined(MXMOE_SM90A)
 /// The consumers' epilogue: gate and up with the row scale and the bias applied (one FFMA
-/// each: f8_row_scales; no bias adds -0, which leaves every value as it is), into the
-/// staged tile at rows c and 64 + c (f8_staged_index), float2 per token pair.
-__device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float (&acc)[64], float2 row_scales,
-                                              const PfTile& tile, int wg, float* staged) {
+/// each: F8RowScales; no bias adds -0, which leaves every value as it is), into the
+/// staged tile at rows c and 64 + c (f8_staged_index). Bias as pairs: the biases of
+/// 32-column row group rg are [32 gates][32 ups] at 64 rg.
+template <bool kRowScale>
+__device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float (&acc)[64],
+                                              const F8RowScales<kRowScale>& row_scales, const PfTile& tile,
+                                              int wg, float* staged) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int rg = tile.rb * 2 + wg;
   const int64_t N = p.intermediate;
-  const bool rg_ok = rg < p.w13f8.rows / 64;  // else the padding rows of the last block
-  const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 64 * rg : nullptr;
-  const float bias_g = bias ? bias[8 * warp + g] : -0.0f;
-  const float bias_u = bias ? bias[32 + 8 * warp + g] : -0.0f;
-  const int col = 32 * wg + 8 * warp + g;  // the gate's row of the staged tile, the up's 64 + col
+  const int rg_count = p.w13f8.rows / 64;  // past it: the padding rows of the last block
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 128 * tile.rb : nullptr;
+  const int n = 64 * wg + 16 * warp + g;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const int n = 8 * j + 2 * t;  // even: the swizzle moves whole groups of 8, so n + 1 stays next to n
-    *reinterpret_cast<float2*>(staged + f8_staged_index(col, n)) =
-        make_float2(fmaf(acc[4 * j], row_scales.x, bias_g), fmaf(acc[4 * j + 1], row_scales.x, bias_g));
-    *reinterpret_cast<float2*>(staged + f8_staged_index(64 + col, n)) =
-        make_float2(fmaf(acc[4 * j + 2], row_scales.y, bias_u), fmaf(acc[4 * j + 3], row_scales.y, bias_u));
+    const int up = j & 1, col = 8 * (j >> 1) + 2 * t;  // and col + 1
+    const bool rg_ok = 2 * tile.rb + (j >> 3) < rg_count;
+    const float2 b = bias != nullptr && rg_ok
+                         ? *reinterpret_cast<const float2*>(bias + 64 * (j >> 3) + 32 * up + (col & 31))
+                         : make_float2(-0.0f, -0.0f);
+    const float2 s = row_scales.pair(j);
+    const int r = 64 * up + col;
+    staged[f8_staged_index(r, n)] = fmaf(acc[4 * j + 0], s.x, b.x);
+    staged[f8_staged_index(r + 1, n)] = fmaf(acc[4 * j + 1], s.y, b.y);
+    staged[f8_staged_index(r, n + 8)] = fmaf(acc[4 * j + 2], s.x, b.x);
+    staged[f8_staged_index(r + 1, n + 8)] = fmaf(acc[4 * j + 3], s.y, b.y);
   }
 }
 
@@ -946,9 +954,8 @@ __global__ void __launch_bounds__(F8Cta<true>::kThreads, 1)
                      .num_local = p.num_local};
   f8_run<false, kRowScale>(
       o, f8_smem,
-      [&](const float (&acc)[64], float2 row_scales, const PfTile& tile, int wg, const F8Ring& ring) {
-        f8_stage_tile(p, acc, row_scales, tile, wg, ring.staged);
-      },
+      [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales, const PfTile& tile, int wg,
+          const F8Ring& ring) { f8_stage_tile(p, acc, row_scales, tile, wg, ring.staged); },
       [&](const PfTile& tile, float* staged) {
         // As gemm1_prefill_kernel.
         am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {

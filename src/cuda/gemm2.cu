@@ -280,12 +280,11 @@ void launch_fast(const Gemm2Params& p, cudaStream_t stream) {
 // Prefill path (heuristics.h use_prefill, wgmma_mx.cuh): consumer warp w of warpgroup wg
 // holds output columns 64 rg + 16 w + 8 h + g of row groups rg = 4 rb + 2 wg (acc_a) and
 // + 1 (acc_b) for kTok routed rows, plus the bias. No range factor: the staged
-// intermediate has factor 1 (GEMM1's prefill epilogue), and the FP8 kernel applies every
-// scale in its promotion.
+// intermediate has factor 1 (GEMM1's prefill epilogue).
 #if defined(MXMOE_SM90A)
-template <int kTok = kPfTokens, bool kRowScaled = false>
+template <int kTok = kPfTokens>
 __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&acc)[kTok / 2], int rg,
-                                           const PfTile& tile, float2 row_scales = make_float2(1.0f, 1.0f)) {
+                                           const PfTile& tile) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int K = static_cast<int>(p.hidden);
@@ -294,7 +293,6 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
   // could not move past the y stores, which may alias it: a branch, a load and 64-bit
   // compares per store, ~17 instructions each, a quarter of the FP8 GEMM2's consumer
   // samples.) No bias adds -0, which leaves every value as it is, -0 included.
-  // kRowScaled: times the FP8 row form's row_scales (f8_row_scales), in the bias add's FFMA.
   const int col0 = 64 * rg + 16 * warp + g;
   const bool ok0 = col0 < K, ok1 = col0 + 8 < K;
   const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * K : nullptr;
@@ -308,15 +306,53 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
     for (int c = 0; c < 2; ++c) {
       if (8 * j + c >= rows_left) continue;
       float* yr = y + static_cast<int64_t>(8 * j + c) * K;
-      if (ok0) yr[0] = kRowScaled ? fmaf(acc[4 * j + c], row_scales.x, b0) : acc[4 * j + c] + b0;
-      if (ok1) yr[8] = kRowScaled ? fmaf(acc[4 * j + 2 + c], row_scales.y, b1) : acc[4 * j + 2 + c] + b1;
+      if (ok0) yr[0] = acc[4 * j + c] + b0;
+      if (ok1) yr[8] = acc[4 * j + 2 + c] + b1;
     }
 }
 #endif
 
-// FP8 mode (wgmma_fp8.cuh): warpgroup wg holds output columns 64 rg + 16 w + 8 h + g,
-// rg = 2 rb + wg, every scale but the row form's applied (no range factor). kRowScale:
-// the weights' row form (engine.h fp8_weights), whose row scales pf_store_y applies.
+// FP8 mode (wgmma_fp8.cuh): consumer warp w of warpgroup wg holds, for the tile's tokens
+// (routed rows) 64 wg + 16 w + 8 h + g (h = 0, 1), output columns 128 rb + 8j + 2t + c
+// (f8_mainloop), every scale but the row form's applied (no range factor).
+#if defined(MXMOE_SM90A)
+/// The FP8 kernel's epilogue: y = acc * row scale + bias (one FFMA: F8RowScales; no bias
+/// adds -0, which leaves every value as it is), a float2 per row and column pair. The
+/// biases and scales are read before the first store, which may alias them (as
+/// pf_store_y).
+template <bool kRowScale>
+__device__ __forceinline__ void f8_store_y(const Gemm2Params& p, const float (&acc)[64],
+                                           const F8RowScales<kRowScale>& row_scales, const PfTile& tile, int wg) {
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int K = static_cast<int>(p.hidden);
+  const int col0 = kF8Rows * tile.rb + 2 * t;  // + 8j; col0 + 8j + 1 < K where col0 + 8j < K (K even)
+  const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * K + col0 : nullptr;
+  float2 b[16], s[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const bool ok = col0 + 8 * j < K;
+    b[j] = bias != nullptr && ok ? *reinterpret_cast<const float2*>(bias + 8 * j) : make_float2(-0.0f, -0.0f);
+    s[j] = row_scales.pair(j);
+  }
+  const int n = 64 * wg + 16 * warp + g;
+  const int rows_left = p.counts[tile.e] - tile.tt * kPfTokens - n;  // row n + 8h exists below it
+  float* y = p.y + (static_cast<int64_t>(p.offsets[tile.e]) + tile.tt * kPfTokens + n) * K + col0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (8 * h >= rows_left) break;
+    float* yr = y + static_cast<int64_t>(8 * h) * K;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      if (col0 + 8 * j < K)
+        *reinterpret_cast<float2*>(yr + 8 * j) =
+            make_float2(fmaf(acc[4 * j + 2 * h], s[j].x, b[j].x), fmaf(acc[4 * j + 2 * h + 1], s[j].y, b[j].y));
+  }
+}
+#endif
+
+// kRowScale: the weights' row form (engine.h fp8_weights), whose row scales f8_store_y
+// applies.
 template <bool kRowScale>
 __global__ void __launch_bounds__(F8Cta<false>::kThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
@@ -326,9 +362,9 @@ __global__ void __launch_bounds__(F8Cta<false>::kThreads, 1)
   const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
                      .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
                      .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
-  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], float2 row_scales, const PfTile& tile, int wg,
-                                          const F8Ring&) {
-    pf_store_y<kPfTokens, kRowScale>(p, acc, tile.rb * 2 + wg, tile, row_scales);
+  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales,
+                                          const PfTile& tile, int wg, const F8Ring&) {
+    f8_store_y<kRowScale>(p, acc, row_scales, tile, wg);
   });
 #endif
 }

@@ -5,12 +5,12 @@
 // Operands: weights as E4M3 codes with one fp32 scale per row and 128-K group, or per row
 // in the row form (engine.h fp8_weights, made at load time); activations as E4M3 codes with
 // one scale per token and group (stage_fp8.cu). Per group, each consumer warpgroup runs 4
-// wgmma m64n128k32 (both operands in shared memory) into a scratch accumulator, then
-// promotes it into its fp32 accumulator: acc += (scratch * s_w[row]) * s_x[token], or in
-// the row form acc += scratch * s_x[token] and acc *= s_w[row] once after the last group
-// (one FFMA per element and group instead of FMUL + FFMA; the promotion was ~21% of the
-// consumers' issue slots). So the FP8 accumulation inside the tensor cores never spans
-// more than 128 products.
+// wgmma m64n128k32 (64 tokens x 128 weight rows, both operands in shared memory) into a
+// scratch accumulator, then promotes it into its fp32 accumulator: acc += (scratch *
+// s_w[row]) * s_x[token], or in the row form acc += scratch * s_x[token] and acc *=
+// s_w[row] once after the last group (one FFMA per element and group instead of FMUL +
+// FFMA; the promotion was ~21% of the consumers' issue slots). So the FP8 accumulation
+// inside the tensor cores never spans more than 128 products.
 //
 // CTA = 3 warpgroups (GEMM2) or 4 (GEMM1; F8Cta), a grid of one CTA per SM looping over
 // tiles:
@@ -20,12 +20,14 @@
 //     ring of kF8Stages stages (the row scales are read by the consumers once per tile
 //     instead); a stage's `full` mbarrier completes on the TMA bytes and on each
 //     producer thread's arrival once its copies have landed (cp_async_arrive_noinc).
-//   warpgroups 1, 2 (consumers 0, 1): consumer c owns weight rows [64c, 64c + 64) of
-//     the block and all 128 tokens: 64 + 64 fp32 registers (accumulator and scratch).
+//   warpgroups 1, 2 (consumers 0, 1): consumer c owns tokens [64c, 64c + 64) of the
+//     tile and all 128 weight rows of the block: 64 + 64 fp32 registers (accumulator and
+//     scratch).
 //   warpgroup 3 (GEMM1's drain): the epilogue of the tile the consumers staged in shared
 //     memory, while they run the next one (f8_run).
-// Weights are the MMA's M dimension ("swap AB"), as on the exact prefill path; the tile
-// sequence (pf_tile) and the ring bookkeeping (RingCursor) are wgmma_mx.cuh's.
+// Tokens are the MMA's M dimension (unlike the exact prefill path, whose weights are:
+// f8_mainloop says why); the tile sequence (pf_tile) and the ring bookkeeping
+// (RingCursor) are wgmma_mx.cuh's.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -128,10 +130,11 @@ struct F8Ring {
 };
 
 /// Where the staged tile holds row r (gate of column c: r = c; up: r = 64 + c) of token n:
-/// rows of 128 tokens, the token's word XOR-swizzled by (r & 3) << 3 inside its group of
-/// 32, so that the consumers' float2 stores (8 rows x 4 pairs per half warp) and the drain
-/// warps' reads (32 tokens of one row) are both free of bank conflicts.
-__device__ __forceinline__ int f8_staged_index(int r, int n) { return r * kPfTokens + (n ^ ((r & 3) << 3)); }
+/// rows of 128 tokens, the token's word XOR-swizzled by ((r >> 1) & 3) << 3 inside its
+/// group of 32, so that the consumers' stores (8 tokens x 4 rows 2 apart per warp,
+/// f8_stage_tile) and the drain warps' reads (32 tokens of one row) are both free of bank
+/// conflicts.
+__device__ __forceinline__ int f8_staged_index(int r, int n) { return r * kPfTokens + (n ^ (((r >> 1) & 3) << 3)); }
 
 #if defined(MXMOE_SM90A)
 
@@ -248,16 +251,22 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   cp_async_wait<0>();  // no copy outlives its thread
 }
 
-/// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = weight rows
-/// [64 wg, 64 wg + 64) of the block x 128 tokens over all groups, in the layout of
-/// wgmma_m64n128k16_rs (warp w, lane (g, t): acc[4j + 2h + c] = row 16w + 8h + g, token
-/// 8j + 2t + c), every group's scales applied; kRowScale: the activation scales only
-/// (the epilogue applies the row's, f8_row_scales).
+/// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = tokens
+/// [64 wg, 64 wg + 64) of the tile x the block's 128 weight rows over all groups, in the
+/// layout of wgmma m64n128 (warp w, lane (g, t): acc[4j + 2h + c] = token 64 wg + 16w +
+/// 8h + g, weight row 8j + 2t + c), every group's scales applied; kRowScale: the activation
+/// scales only (the epilogue applies the row's, F8RowScales).
+/// The tokens are the MMA's M dimension, so each thread promotes 2 tokens, whose scales
+/// are 2 loads per group. With the weights as M (until session 38) a thread held 32
+/// tokens: 16 LDS.64 per group, whose 32 wavefronts per warp (a wavefront carries 128
+/// bytes to the registers, broadcast or not) were ~30% of the shared-memory pipe's work
+/// next to the wgmmas' own operand reads (ncu, session 37: the pipe 67-71% busy).
+/// The group form's weight scales are now the 32 per thread (16 LDS.64).
 template <bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int arow = 64 * wg + 16 * warp + g;  // this thread's first weight row in the block
+  const int tok = 64 * wg + 16 * warp + g;  // this thread's first token in the tile
 #pragma unroll
   for (int j = 0; j < 64; ++j) acc[j] = 0.0f;
   float part[64];  // overwritten by each group's first wgmma (accumulate 0)
@@ -268,8 +277,8 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     mbar_wait(&ring.full[s], cur.phase);
     fence_proxy_async_shared();  // the producers' cp.async rows, for the wgmmas (async proxy)
     const uint8_t* st = ring.stages + s * kF8StageBytes;
-    const uint64_t da = smem_desc_k128(st + kF8StageA + 64 * wg * kF8Group);
-    const uint64_t db = smem_desc_k128(st + kF8StageB);
+    const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
+    const uint64_t db = smem_desc_k128(st + kF8StageA);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kF8Group / 32; ++ks)  // a k32 step moves 32 bytes along the row
@@ -277,20 +286,20 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     wgmma_commit();
     const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
     const float* sb = reinterpret_cast<const float*>(st + kF8StageSB);
-    const float sw0 = kRowScale ? 1.0f : sa[arow], sw1 = kRowScale ? 1.0f : sa[arow + 8];
+    const float sx0 = sb[tok], sx1 = sb[tok + 8];
     wgmma_wait<0>();
     acc_fence(part);
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
     // first product stays finite wherever the result is; s_x * s_w could overflow to Inf
     // (activation byte 254) and turn a zero sum into NaN. Same cost. The row form has no
-    // s_w here: one FFMA of the sum itself (its s_w comes once per tile, f8_row_scales).
+    // s_w here: one FFMA of the sum itself (its s_w comes once per tile, F8RowScales).
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const float2 sx = *reinterpret_cast<const float2*>(sb + 8 * j + 2 * t);
-      acc[4 * j + 0] = fmaf(kRowScale ? part[4 * j + 0] : part[4 * j + 0] * sw0, sx.x, acc[4 * j + 0]);
-      acc[4 * j + 1] = fmaf(kRowScale ? part[4 * j + 1] : part[4 * j + 1] * sw0, sx.y, acc[4 * j + 1]);
-      acc[4 * j + 2] = fmaf(kRowScale ? part[4 * j + 2] : part[4 * j + 2] * sw1, sx.x, acc[4 * j + 2]);
-      acc[4 * j + 3] = fmaf(kRowScale ? part[4 * j + 3] : part[4 * j + 3] * sw1, sx.y, acc[4 * j + 3]);
+      const float2 sw = kRowScale ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(sa + 8 * j + 2 * t);
+      acc[4 * j + 0] = fmaf(kRowScale ? part[4 * j + 0] : part[4 * j + 0] * sw.x, sx0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(kRowScale ? part[4 * j + 1] : part[4 * j + 1] * sw.y, sx0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(kRowScale ? part[4 * j + 2] : part[4 * j + 2] * sw.x, sx1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(kRowScale ? part[4 * j + 3] : part[4 * j + 3] * sw.y, sx1, acc[4 * j + 3]);
     }
     // The stage goes back once the wgmmas (which read it asynchronously) and the scale
     // reads are done.
@@ -299,29 +308,31 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   }
 }
 
-/// The row form's scales of this thread's weight rows arow and arow + 8 (f8_mainloop's
-/// layout): 2^(row_exp - row_exp_ref), or NaN (engine.h fp8_weights). The epilogues fold
-/// them into their first operation on each accumulator (with the bias, one FFMA:
-/// acc * s, a power of two times an fp32 sum, is exact while it stays normal, so
-/// fma(acc, s, b) has the bits of acc * s + b there). The group form applied every scale
-/// in the promotion: 1.
+/// The row form's scales of the block's weight rows: pair(j) = those of this thread's
+/// rows 8j + 2t and 8j + 2t + 1 (f8_mainloop's layout), 2^(row_exp - row_exp_ref) or NaN
+/// (engine.h fp8_weights), read from global memory once per tile. The epilogues fold them
+/// into their first operation on each accumulator (with the bias, one FFMA: acc * s, a
+/// power of two times an fp32 sum, is exact while it stays normal, so fma(acc, s, b) has
+/// the bits of acc * s + b there). The group form applied every scale in the promotion:
+/// ones, and fma(acc, 1, b) is acc + b.
 template <bool kRowScale>
-__device__ __forceinline__ float2 f8_row_scales(const F8Operands& o, const PfTile& tile, int wg) {
-  if constexpr (!kRowScale) {
-    return make_float2(1.0f, 1.0f);
-  } else {
-    const int warp = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2;
-    const float* rs = o.ws + static_cast<int64_t>(tile.e) * o.rows_p + tile.rb * kF8Rows + 64 * wg + 16 * warp + g;
-    return make_float2(rs[0], rs[8]);
+struct F8RowScales {
+  const float* rows = nullptr;  // kRowScale: the block's 128 row scales
+  __device__ __forceinline__ F8RowScales(const F8Operands& o, const PfTile& tile) {
+    if constexpr (kRowScale) rows = o.ws + static_cast<int64_t>(tile.e) * o.rows_p + tile.rb * kF8Rows;
   }
-}
+  __device__ __forceinline__ float2 pair(int j) const {
+    if constexpr (!kRowScale) return make_float2(1.0f, 1.0f);
+    else return *reinterpret_cast<const float2*>(rows + 8 * j + 2 * (threadIdx.x & 3));  // rows_p % 128 == 0
+  }
+};
 
 /// No drain warpgroup (f8_run; GEMM2).
 struct F8NoDrain {};
 
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
 /// loop, which hands each tile's accumulator to `epilogue(acc, row_scales, tile, wg, ring)`
-/// (row_scales: f8_row_scales, for the epilogue to apply). kTmaB: the token rows by TMA
+/// (row_scales: F8RowScales, for the epilogue to apply). kTmaB: the token rows by TMA
 /// (f8_producer; GEMM2). kRowScale: the weights' row form.
 /// With a drain (GEMM1, F8Cta<true>): the consumers' epilogue only stages the tile in
 /// shared memory (ring.staged), and warpgroup 3 runs `drain(tile, ring.staged)` on it
@@ -368,7 +379,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }
-    epilogue(acc, f8_row_scales<kRowScale>(o, tile, wg - 1), tile, wg - 1, ring);
+    epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
     if constexpr (kDrain) mbar_arrive(ring.staged_full);
   }
 }
