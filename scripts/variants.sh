@@ -10,7 +10,7 @@
 # reaches only the files recompiled). Nothing in the checkout or the build is modified.
 #
 #   usage: scripts/variants.sh BUILD OUT TUS [PATCH...]
-#     BUILD  a build directory of this checkout (CMake + ninja, `mxmoe` built)
+#     BUILD  a build directory of this checkout, built from HEAD (CMake + ninja, `mxmoe`)
 #     OUT    OUT/a/mxmoe is the build's binary, OUT/b/mxmoe the one after the first patch,
 #            OUT/c/mxmoe after the first two, ... (stripped)
 #     TUS    comma-separated file names under src/cuda, e.g. gemm1_act.cu,gemm2.cu
