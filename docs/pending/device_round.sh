@@ -5,13 +5,42 @@
 # test_suite_cuda, test_error_flags (built from the checkout with every patch applied).
 # Part 1 (PART=1, ~8 min): alternating benches of a..d, then d's GPU tests. Part 2
 # (PART=2, ~8 min): validation of d, a-vs-d smoke comparison, ncu of the FP8 GEMMs,
-# sanitizers. Logs under $OUT/l (tarred), the summary printed last.
+# sanitizers. Part 3 (PART=3, ~3 min, optional): where the FP8 layer's time goes outside
+# its two GEMMs (session 38 ran 5.93 ms at M=4096 with GEMM1 + GEMM2 4.86 ms under ncu):
+# every kernel of one forward under ncu, and the SM clock and power during graph replay.
+# Logs under $OUT/l (tarred), the summary printed last.
 cd "$(dirname "$0")"; S=$OUT/summary.txt; tar xf bin.tar.xz; mkdir -p $OUT/l; L=$OUT/l; T0=$SECONDS
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $S
 summ() { python3 -c "
 import json,sys;d=json.load(open(sys.argv[1]))['cases']
 print(' '.join('%d:%.1f'%(c['tokens'],c['median_us']) for c in d if c['mode']=='graph'))" $1; }
-if [ "${PART:-1}" = 1 ]; then
+if [ "${PART:-1}" = 3 ]; then
+  for pr in fp8 exact; do for m in 1024 4096; do
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv d/mxmoe bench --tokens $m --iterations 1 --precision $pr > $L/kernels_${pr}_$m.csv 2>$L/kernels_${pr}_$m.err
+    python3 - $L/kernels_${pr}_$m.csv "$pr M=$m" >> $S <<'PY'
+import csv,sys
+rows=[r for r in csv.reader(open(sys.argv[1])) if len(r)>10]
+h=rows[0]; k=h.index('Kernel Name'); v=h.index('Metric Value'); u=h.index('Metric Unit')
+# bench --iterations 1 runs 4 eager forwards and 4 graph replays (3 warm-ups and the timed
+# one each): per kernel name, its launches and their median (setup kernels launch once).
+by={}
+for r in rows[1:]: by.setdefault((r[k].split('(')[0][:48], r[u]), []).append(float(r[v].replace(',','')))
+print(sys.argv[2], 'kernel launches', len(rows)-1)
+for (name,unit),vals in by.items(): print('  %-48s x%-3d median %10.1f %s' % (name, len(vals), sorted(vals)[len(vals)//2], unit))
+PY
+  done; done
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv -lms 50 > $L/clocks.csv 2>&1 &
+  SMI=$!
+  timeout 90 d/mxmoe bench --tokens 4096 --iterations 30 --precision fp8 --json $L/clk_f8.json > $L/clk_f8.txt 2>&1; echo "d fp8 M=4096 x30 rc=$? $(summ $L/clk_f8.json)" >> $S
+  kill $SMI
+  python3 - $L/clocks.csv >> $S <<'PY'
+import csv,sys
+rows=list(csv.reader(open(sys.argv[1])))[1:]
+cl=[float(r[1].split()[0]) for r in rows if len(r)>2 and 'MHz' in r[1]]
+pw=[float(r[2].split()[0]) for r in rows if len(r)>2 and 'W' in r[2]]
+if cl: print('SM clock MHz min/median/max %d/%d/%d over %d samples; power W median %.0f max %.0f; reasons seen: %s' % (min(cl), sorted(cl)[len(cl)//2], max(cl), len(cl), sorted(pw)[len(pw)//2], max(pw), sorted(set(r[4].strip() for r in rows if len(r)>4))))
+PY
+elif [ "${PART:-1}" = 1 ]; then
   for r in 1 2; do for b in a b c d; do
     timeout 90 $b/mxmoe bench --tokens 512,1024,4096 --iterations 10 --precision fp8 --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S
   done; done
