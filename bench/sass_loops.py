@@ -21,6 +21,7 @@ import argparse
 import collections
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -129,4 +130,5 @@ def main(argv=None, out=sys.stdout):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     sys.exit(main())
