@@ -26,6 +26,7 @@ import subprocess
 import sys
 
 FUNCTION = re.compile(r"Function : (\S+)")
+ARCH = re.compile(r"^\s*(?:arch =|code for) (sm_\w+)")  # a binary's ELF header, an object's
 INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,8})\*/\s+([^;]*);")
 BRANCH = re.compile(r"\bBRA(?:\.\S+)?\s+(?:\S+,\s*)?(0x[0-9a-f]+)")
 ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_")
@@ -45,12 +46,19 @@ def read_sass(path):
 
 
 def parse(text):
-    """{kernel name: [(byte offset, instruction text)]} in program order."""
-    kernels, current = {}, None
+    """{kernel name: [(byte offset, instruction text)]} in program order. A binary built
+    for several architectures holds each kernel once per architecture: the names then
+    carry it ("name @sm_90a")."""
+    arches = {m.group(1) for m in map(ARCH.match, text.splitlines()) if m}
+    kernels, current, arch = {}, None, ""
     for line in text.splitlines():
+        m = ARCH.match(line)
+        if m:
+            arch = m.group(1)
+            continue
         m = FUNCTION.search(line)
         if m:
-            current = kernels.setdefault(m.group(1), [])
+            current = kernels.setdefault(m.group(1) + (f" @{arch}" if len(arches) > 1 else ""), [])
             continue
         m = INSTRUCTION.search(line)
         if m and current is not None:

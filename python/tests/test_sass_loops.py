@@ -12,10 +12,10 @@ sl = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sl)
 
 
-def dump(functions):
+def dump(functions, arch="sm_90a"):
     """cuobjdump -sass layout: a Function header, then one line per instruction with its
     offset comment and its encoding comment."""
-    lines = ["", "Fatbin elf code:", "================", "arch = sm_90a", ""]
+    lines = ["", "Fatbin elf code:", "================", f"arch = {arch}", ""]
     for name, code in functions.items():
         lines.append(f"\t\tFunction : {name}")
         lines.append("\t.headerflags\t@\"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)\"")
@@ -70,3 +70,12 @@ def test_rejects_text_without_kernels(tmp_path):
     f.write_text("nothing here\n")
     with pytest.raises(SystemExit, match="no kernels"):
         sl.main([str(f)])
+
+
+def test_one_kernel_per_architecture():
+    # A default build holds sm_80, sm_90a and sm_120a code: each kernel once per ELF.
+    text = dump({"_Z1kv": LOOP}, "sm_80") + dump({"_Z1kv": LOOP[:5] + ["EXIT"]}, "sm_90a")
+    kernels = sl.parse(text)
+    assert sorted(kernels) == ["_Z1kv @sm_80", "_Z1kv @sm_90a"]
+    assert len(kernels["_Z1kv @sm_80"]) == len(LOOP) and len(kernels["_Z1kv @sm_90a"]) == 6
+    assert list(sl.parse(dump({"_Z1kv": LOOP}))) == ["_Z1kv"]  # one architecture: plain names
