@@ -49,8 +49,7 @@ def parse(text):
     """{kernel name: [(byte offset, instruction text)]} in program order. A binary built
     for several architectures holds each kernel once per architecture: the names then
     carry it ("name @sm_90a")."""
-    arches = {m.group(1) for m in map(ARCH.match, text.splitlines()) if m}
-    kernels, current, arch = {}, None, ""
+    by_arch, current, arch = {}, None, ""  # {(name, arch): code}
     for line in text.splitlines():
         m = ARCH.match(line)
         if m:
@@ -58,12 +57,13 @@ def parse(text):
             continue
         m = FUNCTION.search(line)
         if m:
-            current = kernels.setdefault(m.group(1) + (f" @{arch}" if len(arches) > 1 else ""), [])
+            current = by_arch.setdefault((m.group(1), arch), [])
             continue
         m = INSTRUCTION.search(line)
         if m and current is not None:
             current.append((int(m.group(1), 16), " ".join(m.group(2).split())))
-    return kernels
+    several = len({a for _, a in by_arch}) > 1
+    return {(f"{name} @{a}" if several else name): code for (name, a), code in by_arch.items()}
 
 
 def opcode(instruction):

@@ -19,7 +19,7 @@
 #   bash scripts/variants.sh build-gpu /tmp/var gemm1_act.cu,gemm2.cu docs/pending/000*.patch
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n '2,20p' "$0" >&2
+  sed -n '2,/^[^#]/{/^#/p}' "$0" >&2  # the header comment
   exit 2
 fi
 BUILD=$(cd "$1" && pwd)
