@@ -780,10 +780,11 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
           const int n = 8 * j + 2 * t + c;
           const uint32_t sb = scales.byte_of(j, n);
           const float inv = scales.inv_of(j, n);
-          const uint32_t q0 = fmt::float_to_e4m3(acc_g[4 * j + c] * inv);
-          const uint32_t q1 = fmt::float_to_e4m3(acc_g[4 * j + 2 + c] * inv);
-          // Exact where scales.unstageable is not set (a block of zeros and NaN: 0 * 2^-127).
-          bf[jj][c] = e4m3x2_scaled_to_bf16x2(q0 | (q1 << 8), __uint_as_float(sb << 23));
+          // A NaN's code loses its sign here (e4m3x2_satfinite), and the multiply below
+          // gives the canonical NaN either way. Exact where scales.unstageable is not set
+          // (a block of zeros and NaN: 0 * 2^-127).
+          const uint32_t q = e4m3x2_satfinite(acc_g[4 * j + c] * inv, acc_g[4 * j + 2 + c] * inv);
+          bf[jj][c] = e4m3x2_scaled_to_bf16x2(q, __uint_as_float(sb << 23));
         } else {
           bf[jj][c] = fmt::float_to_bf16(acc_g[4 * j + c]) | (fmt::float_to_bf16(acc_g[4 * j + 2 + c]) << 16);
         }
@@ -896,10 +897,16 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
 
 /// The drain warpgroup's epilogue of one staged tile: thread n takes token n (routed row
 /// off + 128 tt + n) and, per MXFP8 block (the tile's columns 32b .. 32b + 31, b < 2), its
-/// 32 activations (written back over the gates), their amax (fmaxf from the first: a NaN
-/// is dropped as fmt::block_amax does, an Inf kept as the exact epilogues do,
-/// docs/HARDENING.md §8), the formats.h scale byte and the 32 E4M3 codes, stored as two
-/// 16-byte pieces of the token's row. A whole block per thread: no shuffles, no barriers.
+/// 32 activations (written back over the gates), their amax (a NaN is dropped as
+/// fmt::block_amax does, an Inf kept as the exact epilogues do, docs/HARDENING.md §8), the
+/// formats.h scale byte and the 32 E4M3 codes, stored as two 16-byte pieces of the token's
+/// row. A whole block per thread: no shuffles, no barriers.
+///
+/// The token's word of staged row r is at word[(r >> 1) & 3] + 128 r (f8_staged_index), so
+/// loops whose r % 8 is known at compile time load and store at immediate offsets: the
+/// index arithmetic took ~12 of the ~89 instructions per activation when the loop ran in
+/// steps of 4. The codes go two per conversion (e4m3x2_satfinite); a block that holds a
+/// NaN takes them again one by one for the NaN's sign (float_to_e4m3).
 template <int kAct>
 __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile& tile, float* staged) {
   const int n = threadIdx.x & 127;
@@ -909,29 +916,52 @@ __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile
   const int64_t N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
+  // word[k]: the token's word of row 0 under swizzle k; rows r with (r >> 1) & 3 = k are
+  // at word[k] + 128 r. Row offsets from a multiple of 8 keep k a compile-time index.
+  float* word[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) word[k] = staged + (n ^ (k << 3));
+  auto rows_from = [&](int r0, float* (&base)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) base[k] = word[k] + r0 * kPfTokens;
+  };
 #pragma unroll 1
   for (int b = 0; b < 2; ++b) {
     const int rg = tile.rb * 2 + b;
     if (rg >= p.w13f8.rows / 64) break;  // the padding rows of the last block
     float amax = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < 32; ++c) {
-      float* sg = staged + f8_staged_index(32 * b + c, n);
-      const float v = am::gated_activation_t<kAct>(*sg, staged[f8_staged_index(64 + 32 * b + c, n)], alpha, beta,
-                                                   limit);
-      *sg = v;
-      amax = c == 0 ? fabsf(v) : fmaxf(amax, fabsf(v));
+#pragma unroll 1
+    for (int r0 = 32 * b; r0 < 32 * b + 32; r0 += 8) {
+      float* base[4];
+      rows_from(r0, base);
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        float& gate = base[(r >> 1) & 3][r * kPfTokens];
+        const float v = am::gated_activation_t<kAct>(gate, base[(r >> 1) & 3][(64 + r) * kPfTokens], alpha, beta, limit);
+        gate = v;
+        amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN
+      }
     }
     const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);
     const float inv = fmt::mx_inv_scale(sb);
+    float* base[4];
+    rows_from(32 * b, base);
+    auto scaled = [&](int r) { return base[(r >> 1) & 3][r * kPfTokens] * inv; };  // r < 32
     uint32_t q[8];
+    uint32_t nan_mark = 0;  // bit 7 of a byte set where a code's magnitude is 0x7F: a NaN
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
-      q[w] = 0;
+      q[w] = e4m3x2_satfinite(scaled(4 * w), scaled(4 * w + 1)) |
+             (e4m3x2_satfinite(scaled(4 * w + 2), scaled(4 * w + 3)) << 16);
+      nan_mark |= (q[w] & 0x7F7F7F7Fu) + 0x01010101u;  // no carry leaves a byte
+    }
+    if (nan_mark & 0x80808080u) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        q[w] |= static_cast<uint32_t>(fmt::float_to_e4m3(staged[f8_staged_index(32 * b + 4 * w + i, n)] * inv))
-                << (8 * i);
+      for (int w = 0; w < 8; ++w) {
+        q[w] = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) q[w] |= static_cast<uint32_t>(fmt::float_to_e4m3(scaled(4 * w + i))) << (8 * i);
+      }
     }
     uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + row * N + 32 * rg);
     dst[0] = make_uint4(q[0], q[1], q[2], q[3]);

@@ -116,6 +116,15 @@ __device__ __forceinline__ void fp4x8_to_bf16_scaled(uint32_t q, uint32_t scale_
   fp4x8_to_bf16_times(q, __low2bfloat162(even), r);
 }
 
+/// Two floats -> their E4M3 codes, a's in the low byte: fmt::float_to_e4m3 of each, in
+/// one instruction for the pair (cvt.rn.satfinite.e4m3x2.f32), except for a NaN, which
+/// comes out as code 0x7F or 0xFF whatever its sign, where float_to_e4m3 keeps the sign.
+/// Where that matters the caller finds a NaN by its magnitude 0x7F (no finite value rounds
+/// to it under satfinite) and takes float_to_e4m3 for that block.
+__device__ __forceinline__ uint32_t e4m3x2_satfinite(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
 /// Two E4M3 codes (low byte first) -> f16x2 of their exact values (NaN stays NaN).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h =
