@@ -346,7 +346,11 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   constexpr bool kDrain = !std::is_same_v<std::decay_t<Drain>, F8NoDrain>;
   using Cta = F8Cta<kDrain>;
   const F8Ring ring = f8_ring<kDrain>(dyn_smem);
-  const int wg = static_cast<int>(threadIdx.x) / 128;
+  // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the consumers'
+  // wgmma descriptors (f8_mainloop) then live in uniform registers. Computed per thread,
+  // they were built in vector registers and moved over (R2UR) before every wgmma: ~17
+  // of the ~133 instructions per warp and group.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   // setmaxnreg.inc only takes what a .dec gave back to the CTA (F8Cta's split; asking for
   // more never returns).
   if (wg == 0) {
