@@ -262,7 +262,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// bytes to the registers, broadcast or not) were ~30% of the shared-memory pipe's work
 /// next to the wgmmas' own operand reads (ncu, session 37: the pipe 67-71% busy).
 /// The group form's weight scales are now the 32 per thread (16 LDS.64).
-template <bool kRowScale>
+template <bool kTmaB, bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -275,7 +275,9 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   for (int kg = 0; kg < groups; ++kg) {
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
-    fence_proxy_async_shared();  // the producers' cp.async rows, for the wgmmas (async proxy)
+    // The producers' cp.async rows (GEMM1), for the wgmmas (async proxy). Rows by TMA
+    // (GEMM2) are async-proxy writes already, ordered by the barrier's completion.
+    if constexpr (!kTmaB) fence_proxy_async_shared();
     const uint8_t* st = ring.stages + s * kF8StageBytes;
     const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
     const uint64_t db = smem_desc_k128(st + kF8StageA);
@@ -379,7 +381,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
     if (tile.e < 0) break;
     float acc[64];
-    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
+    f8_mainloop<kTmaB, kRowScale>(acc, ring, cur, o.groups, wg - 1);
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }
