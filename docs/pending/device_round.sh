@@ -1,12 +1,13 @@
 #!/bin/bash
 # The device round for docs/pending (README.md there), written in session 40: a = main,
 # b = + 0001 (the segmented permutation), c = b + 0002 (the FP8 staging's batched loads),
-# d = c + 0003 (the FP8 GEMM1's token rows by TMA), unpacked from bin.tar.xz next to this
-# script (d also holds the test binaries). Run from the repository root.
-# PART=1 (~6 min): d's GPU tests and memcheck, the PyTorch baseline, two alternating
-#   rounds of benches (FP8: a b c d; exact: a b, the only exact change being 0001's).
-# PART=2 (~5 min): the smoke comparison of a and d (exact and FP8: equal error figures),
-#   validate --suite all on d, ncu of the FP8 GEMM1 and the stagings (a, d), synccheck.
+# d = c + 0003 (the FP8 GEMM1's token rows by TMA), e = d + 0004 (the token scales by
+# TMA), unpacked from bin.tar.xz next to this script (e also holds the test binaries).
+# Run from the repository root.
+# PART=1 (~6-7 min): e's GPU tests and memcheck, the PyTorch baseline, two alternating
+#   rounds of benches (FP8: a b c d e; exact: a b, the only exact change being 0001's).
+# PART=2 (~5 min): the smoke comparison of a and e (exact and FP8: equal error figures),
+#   validate --suite all on e, ncu of the FP8 kernels and the stagings (a, e), synccheck.
 # Logs under $OUT/l; the summary in $OUT/summary.txt (print it last).
 R=$PWD; cd "$(dirname "$0")"; tar xf bin.tar.xz; L=$OUT/l; mkdir -p $L; S=$OUT/summary.txt; T0=$SECONDS
 summ() { python3 -c "
@@ -16,34 +17,34 @@ line() { grep -E "$1" "$2" | tr '\n' ' '; }
 if [ "${PART:-1}" = 1 ]; then
   nvidia-smi -q -d POWER,CLOCK,PERFORMANCE > $L/smi_q.txt 2>&1
   echo "$(line 'Current Power Limit|Default Power Limit|Max Power Limit' $L/smi_q.txt | tr -s ' ')" >> $S
-  timeout 80 d/test_engine --gtest_filter=-Gemm1Act.* > $L/te.txt 2>&1; echo "d test_engine (-Gemm1Act.*) rc=$? $(line '^\[  (PASSED|FAILED)' $L/te.txt)" >> $S
-  timeout 60 d/test_suite_cuda > $L/suite.txt 2>&1; echo "d test_suite_cuda rc=$? $(line '^\[  (PASSED|FAILED)' $L/suite.txt)" >> $S
-  timeout 30 d/test_error_flags > $L/flags.txt 2>&1; echo "d test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags.txt)" >> $S
-  timeout 120 compute-sanitizer --tool memcheck d/test_engine --gtest_filter='Permute.*:Fp8Mode.Stage*:Fp8Mode.Tails*:Fp8Mode.LayerWithin*:Layer.OutOfRange*' > $L/mc.txt 2>&1; echo "d memcheck rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/mc.txt)" >> $S
+  timeout 80 e/test_engine --gtest_filter=-Gemm1Act.* > $L/te.txt 2>&1; echo "e test_engine (-Gemm1Act.*) rc=$? $(line '^\[  (PASSED|FAILED)' $L/te.txt)" >> $S
+  timeout 60 e/test_suite_cuda > $L/suite.txt 2>&1; echo "e test_suite_cuda rc=$? $(line '^\[  (PASSED|FAILED)' $L/suite.txt)" >> $S
+  timeout 30 e/test_error_flags > $L/flags.txt 2>&1; echo "e test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags.txt)" >> $S
+  timeout 120 compute-sanitizer --tool memcheck e/test_engine --gtest_filter='Permute.*:Fp8Mode.Stage*:Fp8Mode.Tails*:Fp8Mode.LayerWithin*:Layer.OutOfRange*' > $L/mc.txt 2>&1; echo "e memcheck rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/mc.txt)" >> $S
   echo "tests done $((SECONDS - T0)) s" >> $S
   timeout 120 python3 $R/bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 20 --json $L/T.json > $L/T.txt 2>&1; echo "torch rc=$? $(head -c 200 $L/T.json)" >> $S
   for r in 1 2; do
-    for b in a b c d; do timeout 60 $b/mxmoe bench --tokens 512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
+    for b in a b c d e; do timeout 60 $b/mxmoe bench --tokens 512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
     for b in a b; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision exact --baseline $L/T.json --json $L/${b}_ex_$r.json > $L/${b}_ex_$r.txt 2>&1; echo "$b exact r$r rc=$? $(summ $L/${b}_ex_$r.json)" >> $S; done
   done
 else
   SEED=$RANDOM$RANDOM
   for pr in exact fp8; do
-    for b in a d; do timeout 90 $b/mxmoe validate --suite smoke --backend cuda --precision $pr --seed $SEED --json $L/smoke_${pr}_$b.json > $L/smoke_${pr}_$b.txt 2>&1; echo "$b smoke $pr rc=$? $(tail -1 $L/smoke_${pr}_$b.txt)" >> $S; done
-    python3 - $L/smoke_${pr}_a.json $L/smoke_${pr}_d.json $pr >> $S <<'PY'
+    for b in a e; do timeout 90 $b/mxmoe validate --suite smoke --backend cuda --precision $pr --seed $SEED --json $L/smoke_${pr}_$b.json > $L/smoke_${pr}_$b.txt 2>&1; echo "$b smoke $pr rc=$? $(tail -1 $L/smoke_${pr}_$b.txt)" >> $S; done
+    python3 - $L/smoke_${pr}_a.json $L/smoke_${pr}_e.json $pr >> $S <<'PY'
 import json,sys
 def strip(d):
   if isinstance(d,dict): return {k:strip(v) for k,v in d.items() if not any(w in k for w in ('time','_us','seconds','elapsed'))}
   if isinstance(d,list): return [strip(v) for v in d]
   return d
 a,b=[strip(json.load(open(f))) for f in sys.argv[1:3]]
-print('smoke', sys.argv[3], 'a and d give the same error figures (timings dropped):', a==b)
+print('smoke', sys.argv[3], 'a and e give the same error figures (timings dropped):', a==b)
 PY
   done
-  timeout 90 d/mxmoe validate --suite all --backend cuda > $L/val_ex.txt 2>&1; echo "d validate exact rc=$? $(tail -1 $L/val_ex.txt)" >> $S
-  timeout 200 d/mxmoe validate --suite all --backend cuda --precision fp8 > $L/val_f8.txt 2>&1; echo "d validate fp8 rc=$? $(tail -1 $L/val_f8.txt)" >> $S
-  for b in a d; do
-    timeout 60 ncu --clock-control none -k regex:'gemm1_fp8|stage_fp8|permute' --metrics gpu__time_duration.sum --csv $b/mxmoe bench --tokens 4096 --iterations 1 --precision fp8 > $L/ncu_$b.csv 2>$L/ncu_$b.err
+  timeout 90 e/mxmoe validate --suite all --backend cuda > $L/val_ex.txt 2>&1; echo "e validate exact rc=$? $(tail -1 $L/val_ex.txt)" >> $S
+  timeout 200 e/mxmoe validate --suite all --backend cuda --precision fp8 > $L/val_f8.txt 2>&1; echo "e validate fp8 rc=$? $(tail -1 $L/val_f8.txt)" >> $S
+  for b in a e; do
+    timeout 60 ncu --clock-control none -k regex:'fp8|permute' --metrics gpu__time_duration.sum --csv $b/mxmoe bench --tokens 4096 --iterations 1 --precision fp8 > $L/ncu_$b.csv 2>$L/ncu_$b.err
     python3 - $L/ncu_$b.csv $b >> $S <<'PY'
 import csv,sys
 rows=[r for r in csv.reader(open(sys.argv[1])) if len(r)>10]
@@ -60,6 +61,6 @@ for n,x in by.items():
 print(sys.argv[2], 'ncu M=4096 fp8 (ns, medians):', '; '.join(out))
 PY
   done
-  timeout 90 compute-sanitizer --tool synccheck d/test_engine --gtest_filter='Fp8Mode.Tails*:Fp8Mode.LayerWithin*' > $L/sc.txt 2>&1; echo "d synccheck fp8 rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/sc.txt)" >> $S
+  timeout 90 compute-sanitizer --tool synccheck e/test_engine --gtest_filter='Fp8Mode.Tails*:Fp8Mode.LayerWithin*' > $L/sc.txt 2>&1; echo "e synccheck fp8 rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/sc.txt)" >> $S
 fi
 echo "PART=${PART:-1} elapsed $((SECONDS - T0)) s" >> $S
