@@ -22,11 +22,24 @@ if [ "${PART:-1}" = 1 ]; then
   timeout 30 e/test_error_flags > $L/flags.txt 2>&1; echo "e test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags.txt)" >> $S
   timeout 120 compute-sanitizer --tool memcheck e/test_engine --gtest_filter='Permute.*:Fp8Mode.Stage*:Fp8Mode.Tails*:Fp8Mode.LayerWithin*:Layer.OutOfRange*' > $L/mc.txt 2>&1; echo "e memcheck rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/mc.txt)" >> $S
   echo "tests done $((SECONDS - T0)) s" >> $S
+  # The SM clock through the benches (PERFORMANCE.md session 40: the power cap), kept in
+  # $L/clocks.csv; the summary gets the busy samples' clocks.
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 100 > $L/clocks.csv 2>&1 &
+  SMI=$!
   timeout 120 python3 $R/bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 20 --json $L/T.json > $L/T.txt 2>&1; echo "torch rc=$? $(head -c 200 $L/T.json)" >> $S
   for r in 1 2; do
     for b in a b c d e; do timeout 60 $b/mxmoe bench --tokens 512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
     for b in a b; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision exact --baseline $L/T.json --json $L/${b}_ex_$r.json > $L/${b}_ex_$r.txt 2>&1; echo "$b exact r$r rc=$? $(summ $L/${b}_ex_$r.json)" >> $S; done
   done
+  kill $SMI
+  python3 - $L/clocks.csv >> $S <<'PY'
+import csv,sys
+rows=[r for r in csv.reader(open(sys.argv[1]))][1:]
+by={}  # clocks_event_reasons (0x1 idle, 0x4 software power cap, ...) -> SM clocks
+for r in rows:
+  if len(r)>3 and 'MHz' in r[1]: by.setdefault(r[3].strip(), []).append(float(r[1].split()[0]))
+print('SM clock by event reason:', '; '.join('%s: %d samples, median %d MHz, min %d' % (k, len(v), sorted(v)[len(v)//2], min(v)) for k,v in sorted(by.items())))
+PY
 else
   SEED=$RANDOM$RANDOM
   for pr in exact fp8; do
