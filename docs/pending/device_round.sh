@@ -28,7 +28,7 @@ if [ "${PART:-1}" = 1 ]; then
   SMI=$!
   timeout 120 python3 $R/bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 20 --json $L/T.json > $L/T.txt 2>&1; echo "torch rc=$? $(head -c 200 $L/T.json)" >> $S
   for r in 1 2; do
-    for b in a b c d e; do timeout 60 $b/mxmoe bench --tokens 512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
+    for b in a b c d e; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
     for b in a b; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision exact --baseline $L/T.json --json $L/${b}_ex_$r.json > $L/${b}_ex_$r.txt 2>&1; echo "$b exact r$r rc=$? $(summ $L/${b}_ex_$r.json)" >> $S; done
   done
   kill $SMI
