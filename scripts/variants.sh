@@ -31,7 +31,8 @@ for p in "$@"; do PATCHES+=("$(cd "$(dirname "$p")" && pwd)/$(basename "$p")"); 
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 
 [ -x "$BUILD/mxmoe" ] || { echo "variants.sh: $BUILD/mxmoe is not built" >&2; exit 1; }
-LINK=$(cd "$BUILD" && ninja -t commands mxmoe | tail -1 | sed 's/^: && //; s/ && :$//')
+COMMANDS=$(cd "$BUILD" && ninja -t commands mxmoe)  # every compile and the link, once
+LINK=$(echo "$COMMANDS" | tail -1 | sed 's/^: && //; s/ && :$//')
 case "$LINK" in *" -o mxmoe "*) ;; *) echo "variants.sh: unexpected link command: $LINK" >&2; exit 1 ;; esac
 
 mkdir -p "$OUT/a"
@@ -50,7 +51,7 @@ for ((n = 1; n <= ${#PATCHES[@]}; ++n)); do
   cp "$BUILD/libmxmoe.a" "$WORK/obj_$v/libmxmoe.a"
   pids=()
   for tu in "${TUS[@]}"; do
-    cmd=$(cd "$BUILD" && ninja -t commands mxmoe | grep -F "src/cuda/$tu -o " | head -1)
+    cmd=$(echo "$COMMANDS" | grep -F "src/cuda/$tu -o " | head -1)
     [ -n "$cmd" ] || { echo "variants.sh: no compile command for src/cuda/$tu" >&2; exit 1; }
     # The copy's sources and headers; no dependency file; the object under its archive name.
     cmd=$(echo "$cmd" | sed -E "s# -MD -MT [^ ]+ -MF [^ ]+##; s#-I$ROOT/include#-I$src/include#g; \
