@@ -6,14 +6,16 @@
 # Each variant recompiles only the CUDA files named in TUS, from a copy of HEAD with the
 # patches applied, with the build's own nvcc command; puts the objects into a copy of the
 # build's libmxmoe.a and links mxmoe with the build's own link command. So TUS must name
-# every .cu file whose code the patches change (headers included: a header's change
+# every source file whose code the patches change (headers included: a header's change
 # reaches only the files recompiled). Nothing in the checkout or the build is modified.
 #
 #   usage: scripts/variants.sh BUILD OUT TUS [PATCH...]
 #     BUILD  a build directory of this checkout, built from HEAD (CMake + ninja, `mxmoe`)
 #     OUT    OUT/a/mxmoe is the build's binary, OUT/b/mxmoe the one after the first patch,
 #            OUT/c/mxmoe after the first two, ... (stripped)
-#     TUS    comma-separated file names under src/cuda, e.g. gemm1_act.cu,gemm2.cu
+#     TUS    comma-separated file names under src/cuda, e.g. gemm1_act.cu,gemm2.cu, or
+#            paths under src/ for other directories, e.g. cpu/routing.cpp (a header shared
+#            by host and device code, such as activation_math.h, reaches both)
 #
 # Example (session 39's series):
 #   bash scripts/variants.sh build-gpu /tmp/var gemm1_act.cu,gemm2.cu docs/pending/000*.patch
@@ -41,6 +43,8 @@ strip "$OUT/a/mxmoe"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+# A TUS entry with a slash is a path under src/ (cpu/routing.cpp), else a file of src/cuda.
+tu_path() { case "$1" in */*) echo "src/$1" ;; *) echo "src/cuda/$1" ;; esac; }
 letters=(b c d e f g h i j k l m n o p q r s t u v w x y z)
 for ((n = 1; n <= ${#PATCHES[@]}; ++n)); do
   v=${letters[$((n - 1))]}
@@ -51,18 +55,20 @@ for ((n = 1; n <= ${#PATCHES[@]}; ++n)); do
   cp "$BUILD/libmxmoe.a" "$WORK/obj_$v/libmxmoe.a"
   pids=()
   for tu in "${TUS[@]}"; do
-    cmd=$(echo "$COMMANDS" | grep -F "src/cuda/$tu -o " | head -1)
-    [ -n "$cmd" ] || { echo "variants.sh: no compile command for src/cuda/$tu" >&2; exit 1; }
+    rel=$(tu_path "$tu") base=$(basename "$tu")
+    cmd=$(echo "$COMMANDS" | grep -E " $ROOT/$rel( |\$)" | head -1)
+    [ -n "$cmd" ] || { echo "variants.sh: no compile command for $rel" >&2; exit 1; }
     # The copy's sources and headers; no dependency file; the object under its archive name.
     cmd=$(echo "$cmd" | sed -E "s# -MD -MT [^ ]+ -MF [^ ]+##; s#-I$ROOT/include#-I$src/include#g; \
-      s#$ROOT/src/cuda/$tu#$src/src/cuda/$tu#; s# -o [^ ]+\$# -o $WORK/obj_$v/$tu.o#")
-    (cd "$BUILD" && eval "$cmd") > "$WORK/obj_$v/$tu.log" 2>&1 &
+      s#$ROOT/$rel#$src/$rel#; s# -o [^ ]+# -o $WORK/obj_$v/$base.o#")
+    (cd "$BUILD" && eval "$cmd") > "$WORK/obj_$v/$base.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || { cat "$WORK"/obj_"$v"/*.log >&2; exit 1; }; done
   for tu in "${TUS[@]}"; do
-    grep -h "spill" "$WORK/obj_$v/$tu.log" | sed "s#^#$v: #" || true
-    ar r "$WORK/obj_$v/libmxmoe.a" "$WORK/obj_$v/$tu.o"
+    base=$(basename "$tu")
+    grep -h "spill" "$WORK/obj_$v/$base.log" | sed "s#^#$v: #" || true
+    ar r "$WORK/obj_$v/libmxmoe.a" "$WORK/obj_$v/$base.o"
   done
   (cd "$BUILD" && eval "$(echo "$LINK" | sed "s# libmxmoe.a # $WORK/obj_$v/libmxmoe.a #g; s# -o mxmoe # -o $OUT/$v/mxmoe #")")
   strip "$OUT/$v/mxmoe"
