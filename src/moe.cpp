@@ -183,8 +183,17 @@ int64_t MoeConfig::local_experts() const {
 }
 
 int32_t MoeConfig::local_of(int32_t id) const {
+  // A public entry point (Python's MoeConfig.local_of too): an id outside the config's
+  // range is refused, never looked up (SPEC §9).
+  MXMOE_CHECK_ARG(id >= -1 && id < num_experts, "global_id", id, " outside [-1, config.num_experts ",
+                  num_experts, ")");
   if (id < 0) return -1;
-  if (!expert_map.empty()) return expert_map[static_cast<size_t>(id)];
+  if (!expert_map.empty()) {
+    MXMOE_CHECK_ARG(static_cast<int64_t>(expert_map.size()) == num_experts, "config.expert_map",
+                    "has ", expert_map.size(), " entries for config.num_experts ", num_experts);
+    return expert_map[static_cast<size_t>(id)];
+  }
+  MXMOE_CHECK_ARG(ep_size > 0, "config.ep_size", "must be > 0, got ", ep_size);
   const int64_t el = num_experts / ep_size;
   const int64_t lo = ep_rank * el;
   return (id >= lo && id < lo + el) ? static_cast<int32_t>(id - lo) : -1;

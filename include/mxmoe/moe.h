@@ -80,7 +80,8 @@ struct MoeConfig {
 
   int64_t local_experts() const;
   /// Local index of global expert id, or -1 when another rank owns it (or id == -1).
-  /// Precondition: -1 <= id < num_experts (validated inputs).
+  /// Throws InvalidArgument naming `global_id` outside [-1, num_experts) (and the config's
+  /// field where its map or ep_size could not answer).
   int32_t local_of(int32_t global_id) const;
   /// Throws InvalidArgument naming the field when the config is inconsistent.
   void validate() const;

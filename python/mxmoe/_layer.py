@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _C
-from ._C import ExpertWeights, InvalidArgument, MoeConfig, RoutingParams
+from ._C import ExpertWeights, InvalidArgument, MoeConfig, RoutingParams, UnsupportedError
 
 ArrayLike = Any  # numpy.ndarray, torch.Tensor, or anything with __dlpack__
 
@@ -90,6 +90,13 @@ def _as_config(config: Union[MoeConfig, Mapping[str, Any]]) -> MoeConfig:
     return MoeConfig(c.pop("num_experts"), c.pop("top_k"), c.pop("hidden"), c.pop("intermediate"), **c)
 
 
+# The CPU engine computes the exact MX semantics whatever config.precision says; the FP8
+# mode is a Hopper kernel path (docs/FP8_MODE.md). Said at initialisation (SPEC §9), not
+# run silently as exact. The reference backend is the oracle for either precision.
+_CPU_FP8 = ("'fp8' is the CUDA engine's FP8 mode on Hopper (sm_90); the CPU engine is exact: "
+            "use precision 'exact' on the CPU, or device 'cuda' on an H100/H200")
+
+
 def supports(config: Union[MoeConfig, Mapping[str, Any]], backend: str = "auto", device: Optional[int] = None) -> Tuple[bool, str]:
     """(ok, reason): can `backend` ("auto", "cpu", "reference", "cuda") run `config`?
 
@@ -100,6 +107,8 @@ def supports(config: Union[MoeConfig, Mapping[str, Any]], backend: str = "auto",
         cfg = _as_config(config)
     except (ValueError, KeyError, TypeError) as e:
         return False, f"config: {e}"
+    if backend == "cpu" and cfg.precision == "fp8":
+        return False, f"precision: {_CPU_FP8}"
     if backend in ("cpu", "reference"):
         return True, f"{backend}: supported ({cfg.describe()})"
     if backend not in ("cuda", "auto"):
@@ -311,6 +320,8 @@ class Layer:
             self.backend = backend or "cpu"
             if self.backend not in ("cpu", "reference"):
                 raise InvalidArgument(f"backend: {backend!r} on the CPU (expected cpu or reference)")
+            if self.backend == "cpu" and config.precision == "fp8":
+                raise UnsupportedError(f"config.precision: {_CPU_FP8}")
             self._cuda = None
         else:
             raise InvalidArgument(f"device: {device!r} (expected 'cpu', 'cuda', 'cuda:N' or an index)")

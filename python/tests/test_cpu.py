@@ -204,9 +204,31 @@ def test_bad_config_raises_value_error_naming_field(kw, field):
         small_config(**kw)
 
 
+@pytest.mark.parametrize("bad", [10**9, 2**31 - 1, -2])
+def test_local_of_refuses_ids_outside_the_config(bad):
+    cfg = small_config()
+    assert cfg.local_of(-1) == -1
+    with pytest.raises(ValueError, match="global_id") as e:
+        cfg.local_of(bad)
+    assert e.value.argument == "global_id"
+
+
 def test_precision_defaults_to_exact_and_fp8_is_opt_in():
     assert small_config().precision == "exact"
     assert small_config(precision="fp8").precision == "fp8"
+
+
+def test_fp8_precision_on_the_cpu_engine_is_refused_naming_the_alternative():
+    cfg = small_config(precision="fp8")
+    w = mxmoe.make_synthetic_weights(cfg, 1)
+    with pytest.raises(mxmoe.UnsupportedError, match="precision.*exact") as e:
+        mxmoe.Layer(cfg, w, device="cpu")
+    assert "cuda" in str(e.value)
+    ok, why = mxmoe.supports(cfg, backend="cpu")
+    assert not ok and why.startswith("precision:")
+    # The reference is the oracle for either precision; the exact CPU engine still runs.
+    mxmoe.Layer(cfg, w, device="cpu", backend="reference")
+    assert mxmoe.supports(small_config(), backend="cpu")[0]
 
 
 def test_reference_backend_on_gpu_device_string_is_refused():

@@ -336,6 +336,25 @@ TEST(ConfigOwnership, ExplicitExpertMapIsUsedAsGiven) {
   EXPECT_EQ(c.local_of(-1), -1);
 }
 
+// local_of is public (and Python's MoeConfig.local_of): an id outside [-1, num_experts)
+// is refused naming it, with a map or without; a map of the wrong size or an ep_size of 0
+// (an unvalidated config) names the field instead of reading past it or dividing by 0.
+TEST(ConfigOwnership, LocalOfRefusesIdsOutsideTheConfigAndUnanswerableConfigs) {
+  MoeConfig c = good_config();
+  for (int32_t bad : {16, 1000000000, -2, std::numeric_limits<int32_t>::min()}) {
+    EXPECT_EQ(rejected_argument([&] { (void)c.local_of(bad); }), "global_id") << bad;
+    MoeConfig m = c;
+    m.expert_map.assign(16, -1);
+    EXPECT_EQ(rejected_argument([&] { (void)m.local_of(bad); }), "global_id") << bad;
+  }
+  MoeConfig short_map = c;
+  short_map.expert_map.assign(4, 0);
+  EXPECT_EQ(rejected_argument([&] { (void)short_map.local_of(9); }), "config.expert_map");
+  MoeConfig no_ranks = c;
+  no_ranks.ep_size = 0;
+  EXPECT_EQ(rejected_argument([&] { (void)no_ranks.local_of(3); }), "config.ep_size");
+}
+
 TEST(ConfigDescribe, MentionsShapesEpAndActivation) {
   const std::string d = good_config().describe();
   for (const char* s : {"E=16", "top_k=4", "K=64", "N=64", "ep=1/2", "E_local=8", "situ",
