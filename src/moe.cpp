@@ -90,6 +90,7 @@ const char* to_string(IntermediateFormat f) {
   switch (f) {
     case IntermediateFormat::BF16: return "bf16";
     case IntermediateFormat::MXFP8: return "mxfp8";
+    case IntermediateFormat::Auto: return "auto";
   }
   return "unknown";
 }
@@ -182,6 +183,11 @@ int64_t MoeConfig::local_experts() const {
   return ep_size > 0 ? num_experts / ep_size : 0;
 }
 
+IntermediateFormat MoeConfig::resolved_intermediate() const {
+  if (intermediate_format != IntermediateFormat::Auto) return intermediate_format;
+  return input_format == InputFormat::BF16 ? IntermediateFormat::BF16 : IntermediateFormat::MXFP8;
+}
+
 int32_t MoeConfig::local_of(int32_t id) const {
   // A public entry point (Python's MoeConfig.local_of too): an id outside the config's
   // range is refused, never looked up (SPEC §9).
@@ -263,7 +269,8 @@ void MoeConfig::validate() const {
   MXMOE_CHECK_ARG(input_format == InputFormat::BF16 || input_format == InputFormat::MXFP8,
                   "config.input_format", "invalid value ", static_cast<int>(input_format));
   MXMOE_CHECK_ARG(intermediate_format == IntermediateFormat::BF16 ||
-                      intermediate_format == IntermediateFormat::MXFP8,
+                      intermediate_format == IntermediateFormat::MXFP8 ||
+                      intermediate_format == IntermediateFormat::Auto,
                   "config.intermediate_format", "invalid value ",
                   static_cast<int>(intermediate_format));
   MXMOE_CHECK_ARG(output_format == OutputFormat::BF16 || output_format == OutputFormat::FP32,
@@ -275,7 +282,7 @@ void MoeConfig::validate() const {
   MXMOE_CHECK_ARG(precision == Precision::Exact || precision == Precision::FP8,
                   "config.precision", "invalid value ", static_cast<int>(precision));
   if (precision == Precision::FP8)
-    MXMOE_CHECK_ARG(input_format == InputFormat::MXFP8 && intermediate_format == IntermediateFormat::MXFP8,
+    MXMOE_CHECK_ARG(input_format == InputFormat::MXFP8 && resolved_intermediate() == IntermediateFormat::MXFP8,
                     "config.precision",
                     "fp8 re-expresses MXFP8 activations: it needs input_format and "
                     "intermediate_format mxfp8");
@@ -297,7 +304,7 @@ std::string MoeConfig::describe() const {
       break;
     case Activation::SiLU_Gated: break;
   }
-  os << " in=" << to_string(input_format) << " mid=" << to_string(intermediate_format)
+  os << " in=" << to_string(input_format) << " mid=" << to_string(resolved_intermediate())
      << " out=" << to_string(output_format)
      << " scale_rule=" << (scale_rule == ScaleRule::Floor ? "floor" : "round_up")
      << " bias=" << (has_bias ? "yes" : "no") << " output_scale=" << output_scale;

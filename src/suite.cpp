@@ -51,6 +51,8 @@ const char* CaseResult::status_string() const {
 // row RMS at our shapes). A wrong layout or a lost scale gives errors of order 100% of
 // the RMS, far outside it.
 Tolerance tolerance_for(IntermediateFormat f) {
+  MXMOE_CHECK_ARG(f != IntermediateFormat::Auto, "intermediate format",
+                  "auto has no tolerance of its own: pass MoeConfig::resolved_intermediate()");
   // atol: one flipped E4M3 code (up to 1/8 of a large intermediate value) moves single
   // output elements by up to a few percent of the RMS at N = 512.
   if (f == IntermediateFormat::MXFP8) return {5e-3, 0.9999, 1e-2, 5e-2};
@@ -65,7 +67,7 @@ Tolerance tolerance_for(const MoeConfig& cfg) {
   // this suite's class (top-16, N >= 2048; measured: at most 9.5e-3). The element bound
   // (atol 0.2 x RMS, rtol 0.1) is judged as on the exact paths (Comparison::pass), looser.
   if (cfg.precision == Precision::FP8) return {2e-2, 0.9998, 1e-1, 2e-1};
-  return tolerance_for(cfg.intermediate_format);
+  return tolerance_for(cfg.resolved_intermediate());
 }
 
 namespace {
@@ -286,6 +288,7 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
       c.cfg = small_config(Activation::SwiGLU_OAI);
       c.cfg.has_bias = true;
       c.cfg.input_format = InputFormat::BF16;
+      c.cfg.intermediate_format = IntermediateFormat::MXFP8;  // asked for: BF16 input's default is BF16
       c.cfg.output_format = OutputFormat::FP32;
       c.cfg.output_scale = 2.5f;
       c.tokens = 8;

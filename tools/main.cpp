@@ -148,7 +148,7 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
     // intermediate do not apply (config.validate would refuse them).
     const size_t all = cases.size();
     std::erase_if(cases, [](const SuiteCase& c) {
-      return c.cfg.input_format != InputFormat::MXFP8 || c.cfg.intermediate_format != IntermediateFormat::MXFP8;
+      return c.cfg.input_format != InputFormat::MXFP8 || c.cfg.resolved_intermediate() != IntermediateFormat::MXFP8;
     });
     for (SuiteCase& c : cases) c.cfg.precision = Precision::FP8;
     std::cerr << "--precision fp8: " << cases.size() << " of " << all
@@ -212,6 +212,7 @@ struct RunOptions {
   std::string json_path;
   uint64_t seed = 0;
   bool bf16_input = false, bf16_intermediate = false;
+  std::string intermediate = "auto";  // SPEC §7: follows the input unless asked
 };
 
 int cmd_run(RunOptions o) {
@@ -248,7 +249,9 @@ int cmd_run(RunOptions o) {
                      : act == Activation::SwiGLU_OAI ? ActivationParams::swiglu_oai()
                                                      : ActivationParams::silu_gated();
   c.cfg.input_format = o.bf16_input ? InputFormat::BF16 : InputFormat::MXFP8;
-  c.cfg.intermediate_format = o.bf16_intermediate ? IntermediateFormat::BF16 : IntermediateFormat::MXFP8;
+  c.cfg.intermediate_format = o.bf16_intermediate || o.intermediate == "bf16" ? IntermediateFormat::BF16
+                              : o.intermediate == "mxfp8"                    ? IntermediateFormat::MXFP8
+                                                                             : IntermediateFormat::Auto;
   c.cfg.has_bias = !L.weights.w13_bias.empty();
   c.tokens = o.tokens;
   c.routing = RoutingPattern::RouterSigmoid;
@@ -274,7 +277,7 @@ int cmd_run(RunOptions o) {
   Table info({"checkpoint", "experts (local)", "K", "N", "top-k", "activation", "input", "intermediate", "tokens", "backend"});
   info.row({o.checkpoint, std::to_string(d.cfg.num_experts) + " (" + std::to_string(d.cfg.local_experts()) + ")",
             std::to_string(d.cfg.hidden), std::to_string(d.cfg.intermediate), std::to_string(d.cfg.top_k),
-            o.activation, to_string(d.cfg.input_format), to_string(d.cfg.intermediate_format),
+            o.activation, to_string(d.cfg.input_format), to_string(d.cfg.resolved_intermediate()),
             std::to_string(c.tokens), to_string(backend)});
   info.print(std::cout);
   print_results({r});
@@ -448,7 +451,10 @@ int main(int argc, char** argv) {
   run->add_option("--ep-size", ro.ep_size, "expert-parallel size");
   run->add_option("--ep-rank", ro.ep_rank, "expert-parallel rank");
   run->add_flag("--bf16-input", ro.bf16_input, "BF16 activations instead of MXFP8");
-  run->add_flag("--bf16-intermediate", ro.bf16_intermediate, "BF16 intermediate instead of MXFP8");
+  run->add_option("--intermediate", ro.intermediate,
+                  "auto | bf16 | mxfp8 (auto: the input's format, SPEC §7)")
+      ->check(CLI::IsMember({"auto", "bf16", "mxfp8"}));
+  run->add_flag("--bf16-intermediate", ro.bf16_intermediate, "the same as --intermediate bf16");
   run->add_option("--seed", ro.seed, "input seed (default: fresh)");
   run->add_option("--json", ro.json_path, "write results as JSON ('-' for stdout)");
 

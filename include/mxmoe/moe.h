@@ -15,8 +15,10 @@ namespace mxmoe {
 enum class Activation : int { SiTU = 0, SwiGLU_OAI = 1, SiLU_Gated = 2 };
 /// Format of the activations GEMM1 consumes (SPEC §7).
 enum class InputFormat : int { BF16 = 0, MXFP8 = 1 };
-/// Format of the intermediate (after the gated activation) GEMM2 consumes.
-enum class IntermediateFormat : int { BF16 = 0, MXFP8 = 1 };
+/// Format of the intermediate (after the gated activation) GEMM2 consumes. Auto, the
+/// default, follows the input (SPEC §7): MXFP8 for MXFP8 activations, BF16 for BF16 ones
+/// (MoeConfig::resolved_intermediate() resolves it); BF16 and MXFP8 ask for one explicitly.
+enum class IntermediateFormat : int { BF16 = 0, MXFP8 = 1, Auto = 2 };
 enum class OutputFormat : int { BF16 = 0, FP32 = 1 };
 /// How the CUDA engine's prefill path multiplies (SPEC §7, docs/FP8_MODE.md). Exact: MX
 /// semantics bit for bit in every product. FP8: Hopper FP8 tensor cores on operands
@@ -71,7 +73,7 @@ struct MoeConfig {
   std::vector<int32_t> expert_map;
   ActivationParams activation;
   InputFormat input_format = InputFormat::MXFP8;
-  IntermediateFormat intermediate_format = IntermediateFormat::MXFP8;
+  IntermediateFormat intermediate_format = IntermediateFormat::Auto;  // read resolved_intermediate()
   OutputFormat output_format = OutputFormat::BF16;
   ScaleRule scale_rule = ScaleRule::RoundUp;  // for run-time quantization
   bool has_bias = false;      // GPT-OSS: w13_bias [E][2N], w2_bias [E][K]
@@ -79,6 +81,9 @@ struct MoeConfig {
   Precision precision = Precision::Exact;
 
   int64_t local_experts() const;
+  /// The intermediate's format every engine computes with: intermediate_format, with Auto
+  /// resolved from input_format (SPEC §7's default).
+  IntermediateFormat resolved_intermediate() const;
   /// Local index of global expert id, or -1 when another rank owns it (or id == -1).
   /// Throws InvalidArgument naming `global_id` outside [-1, num_experts) (and the config's
   /// field where its map or ep_size could not answer).

@@ -55,8 +55,9 @@ std::vector<SuiteCase> suite_cases(const std::string& suite);
 struct Tolerance {
   double max_rel_l2, min_cosine, rtol, atol_rms;
 };
+/// For a resolved format (BF16 or MXFP8; Auto is refused: MoeConfig::resolved_intermediate()).
 Tolerance tolerance_for(IntermediateFormat f);
-/// The bounds a layer of `cfg` is judged by: tolerance_for(intermediate_format), or the
+/// The bounds a layer of `cfg` is judged by: tolerance_for(cfg.resolved_intermediate()), or the
 /// FP8 precision mode's documented bound (docs/FP8_MODE.md) when cfg.precision is fp8.
 Tolerance tolerance_for(const MoeConfig& cfg);
 

@@ -18,7 +18,7 @@ from mxmoe import (
 class MoeConfig:
     """One MoE layer (routed experts of one EP rank)."""
 
-    def __init__(self, num_experts: int, top_k: int, hidden: int, intermediate: int, *, ep_size: int = 1, ep_rank: int = 0, expert_map: Sequence[int] | None = None, activation: str = 'situ', alpha: Sequence[float] | None = None, beta: Sequence[float] | None = None, limit: Sequence[float] | None = None, input_format: str = 'mxfp8', intermediate_format: str = 'mxfp8', output_format: str = 'bf16', has_bias: bool = False, output_scale: float = 1.0, scale_rule: str = 'round_up') -> None:
+    def __init__(self, num_experts: int, top_k: int, hidden: int, intermediate: int, *, ep_size: int = 1, ep_rank: int = 0, expert_map: Sequence[int] | None = None, activation: str = 'situ', alpha: Sequence[float] | None = None, beta: Sequence[float] | None = None, limit: Sequence[float] | None = None, input_format: str = 'mxfp8', intermediate_format: str = 'auto', output_format: str = 'bf16', has_bias: bool = False, output_scale: float = 1.0, scale_rule: str = 'round_up') -> None:
         """
         Build and validate a config. Raises mxmoe.InvalidArgument (ValueError) naming the field.
         """

@@ -66,7 +66,8 @@ IntermediateFormat parse_intermediate_format(const std::string& s, const char* a
   const auto l = lower(s);
   if (l == "bf16" || l == "bfloat16") return IntermediateFormat::BF16;
   if (l == "mxfp8") return IntermediateFormat::MXFP8;
-  throw InvalidArgument(arg, "unknown format '" + s + "' (expected bf16 or mxfp8)");
+  if (l == "auto") return IntermediateFormat::Auto;
+  throw InvalidArgument(arg, "unknown format '" + s + "' (expected auto, bf16 or mxfp8)");
 }
 OutputFormat parse_output_format(const std::string& s, const char* arg) {
   const auto l = lower(s);
@@ -483,7 +484,7 @@ NB_MODULE(_C, m) {
            "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, nb::kw_only(), "ep_size"_a = 1,
            "ep_rank"_a = 0, "expert_map"_a = nb::none(), "activation"_a = "situ", "alpha"_a = nb::none(),
            "beta"_a = nb::none(), "limit"_a = nb::none(), "input_format"_a = "mxfp8",
-           "intermediate_format"_a = "mxfp8", "output_format"_a = "bf16", "has_bias"_a = false,
+           "intermediate_format"_a = "auto", "output_format"_a = "bf16", "has_bias"_a = false,
            "output_scale"_a = 1.0f, "scale_rule"_a = "round_up", "precision"_a = "exact",
            "Build and validate a config. Raises mxmoe.InvalidArgument (ValueError) naming the field.")
       .def_ro("num_experts", &MoeConfig::num_experts)
@@ -503,7 +504,7 @@ NB_MODULE(_C, m) {
       .def_prop_ro("limit", [](const MoeConfig& c) { return c.activation.limit; })
       .def_prop_ro("input_format", [](const MoeConfig& c) { return std::string(to_string(c.input_format)); })
       .def_prop_ro("intermediate_format",
-                   [](const MoeConfig& c) { return std::string(to_string(c.intermediate_format)); })
+                   [](const MoeConfig& c) { return std::string(to_string(c.resolved_intermediate())); })
       .def_prop_ro("output_format", [](const MoeConfig& c) { return std::string(to_string(c.output_format)); })
       .def_prop_ro("scale_rule", [](const MoeConfig& c) { return std::string(scale_rule_name(c.scale_rule)); })
       .def("local_of", &MoeConfig::local_of, "global_id"_a,

@@ -213,6 +213,17 @@ def test_local_of_refuses_ids_outside_the_config(bad):
     assert e.value.argument == "global_id"
 
 
+def test_intermediate_format_follows_the_input_unless_given():
+    # SPEC §7: MXFP8 by default for MXFP8 activations, BF16 by default for BF16 ones.
+    assert small_config().intermediate_format == "mxfp8"
+    assert small_config(input_format="bf16").intermediate_format == "bf16"
+    assert small_config(input_format="bf16", intermediate_format="mxfp8").intermediate_format == "mxfp8"
+    assert small_config(intermediate_format="auto").intermediate_format == "mxfp8"
+    assert "mid=bf16" in small_config(input_format="bf16").describe()
+    with pytest.raises(ValueError, match="intermediate_format"):
+        small_config(intermediate_format="fp4")
+
+
 def test_precision_defaults_to_exact_and_fp8_is_opt_in():
     assert small_config().precision == "exact"
     assert small_config(precision="fp8").precision == "fp8"

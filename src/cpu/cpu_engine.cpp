@@ -152,7 +152,7 @@ inline float activation_f32(const ActivationParams& p, int64_t e, float g, float
 // Store one 32-column block of the intermediate as the kernel does and return what
 // GEMM2 reads back.
 inline void requantize_block(const MoeConfig& cfg, float* v) {
-  if (cfg.intermediate_format == IntermediateFormat::MXFP8) {
+  if (cfg.resolved_intermediate() == IntermediateFormat::MXFP8) {
     uint8_t codes[kMxBlock], scale;
     fmt::quantize_block_e4m3(v, codes, &scale, cfg.scale_rule);
     const float s = fmt::e8m0_to_float(scale);

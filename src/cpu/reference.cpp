@@ -173,7 +173,7 @@ void mirror_block(const MoeConfig& cfg, double* v,
   for (int i = 0; i < kMxBlock; ++i) f[i] = static_cast<float>(v[i]);
   auto nudged = [](float x, double by) { return static_cast<float>(static_cast<double>(x) * by); };
   double q[kMxBlock];  // the mirrored values
-  if (cfg.intermediate_format == IntermediateFormat::MXFP8) {
+  if (cfg.resolved_intermediate() == IntermediateFormat::MXFP8) {
     uint8_t codes[kMxBlock], scale;
     fmt::quantize_block_e4m3(f, codes, &scale, cfg.scale_rule);
     for (int i = 0; i < kMxBlock; ++i) q[i] = fmt::dequant_e4m3(codes[i], scale);

@@ -310,7 +310,7 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   const size_t el = static_cast<size_t>(cfg.local_experts());
   const size_t pairs = M * k;
   const bool fp8_in = cfg.input_format == InputFormat::MXFP8;
-  const bool fp8_mid = cfg.intermediate_format == IntermediateFormat::MXFP8;
+  const bool fp8_mid = cfg.resolved_intermediate() == IntermediateFormat::MXFP8;
   WorkspaceLayout l;
   size_t off = 0;
   auto take = [&](size_t bytes) {
@@ -686,7 +686,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     launch_permute(pp, st);
   }
 
-  const bool mid_fp8 = cfg.intermediate_format == IntermediateFormat::MXFP8;
+  const bool mid_fp8 = cfg.resolved_intermediate() == IntermediateFormat::MXFP8;
   uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
   StageFp8Params fx;

@@ -97,6 +97,26 @@ TEST(Cli, RunOnEmbeddedCheckpointPassesOnCpu) {
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
 
+// SPEC §7: with BF16 activations the intermediate is BF16 unless asked for otherwise.
+TEST(Cli, RunWithBf16InputTakesABf16IntermediateUnlessAsked) {
+  const auto formats = [](const Result& r) {
+    const size_t row = r.output.find("kimi_k3_mini.safetensors ", r.output.find("intermediate"));
+    return row == std::string::npos ? std::string() : r.output.substr(row, r.output.find('\n', row) - row);
+  };
+  Result a = run_cli("run --backend cpu --tokens 2 --seed 3 --bf16-input");
+  EXPECT_EQ(a.code, 0) << a.output;
+  EXPECT_NE(formats(a).find("bf16   bf16"), std::string::npos) << a.output;
+  Result b = run_cli("run --backend cpu --tokens 2 --seed 3 --bf16-input --intermediate mxfp8");
+  EXPECT_EQ(b.code, 0) << b.output;
+  EXPECT_NE(formats(b).find("bf16   mxfp8"), std::string::npos) << b.output;
+  Result c = run_cli("run --backend cpu --tokens 2 --seed 3");
+  EXPECT_EQ(c.code, 0) << c.output;
+  EXPECT_NE(formats(c).find("mxfp8  mxfp8"), std::string::npos) << c.output;
+  Result bad = run_cli("run --backend cpu --tokens 2 --intermediate fp4");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("--intermediate"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, RunWithMissingCheckpointFailsWithMessage) {
   Result r = run_cli("run --backend cpu --checkpoint /nonexistent/x.safetensors");
   EXPECT_NE(r.code, 0);

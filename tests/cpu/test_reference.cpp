@@ -182,7 +182,7 @@ std::vector<double> naive_forward(const Case& c, bool mirror) {
         for (int64_t b = 0; b < N; b += kMxBlock) {
           float f[kMxBlock];
           for (int i = 0; i < kMxBlock; ++i) f[i] = static_cast<float>(a[b + i]);
-          if (cfg.intermediate_format == IntermediateFormat::MXFP8) {
+          if (cfg.resolved_intermediate() == IntermediateFormat::MXFP8) {
             uint8_t codes[kMxBlock], sc;
             fmt::quantize_block_e4m3(f, codes, &sc, cfg.scale_rule);
             for (int i = 0; i < kMxBlock; ++i) a[b + i] = fmt::dequant_e4m3(codes[i], sc);

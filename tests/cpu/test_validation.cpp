@@ -12,6 +12,7 @@
 
 #include "mxmoe/error.h"
 #include "mxmoe/moe.h"
+#include "mxmoe/suite.h"
 
 namespace {
 
@@ -267,6 +268,8 @@ TEST(ConfigValidate, RejectsInvalidEnumValues) {
               c.intermediate_format = static_cast<IntermediateFormat>(-1);
             }),
             "config.intermediate_format");
+  EXPECT_EQ(config_rejects([](MoeConfig& c) { c.intermediate_format = static_cast<IntermediateFormat>(3); }),
+            "config.intermediate_format");
   EXPECT_EQ(config_rejects([](MoeConfig& c) { c.output_format = static_cast<OutputFormat>(5); }),
             "config.output_format");
   EXPECT_EQ(config_rejects([](MoeConfig& c) { c.scale_rule = static_cast<ScaleRule>(3); }),
@@ -353,6 +356,36 @@ TEST(ConfigOwnership, LocalOfRefusesIdsOutsideTheConfigAndUnanswerableConfigs) {
   MoeConfig no_ranks = c;
   no_ranks.ep_size = 0;
   EXPECT_EQ(rejected_argument([&] { (void)no_ranks.local_of(3); }), "config.ep_size");
+}
+
+// SPEC §7: the intermediate is MXFP8 by default for MXFP8 activations and BF16 by default
+// for BF16 ones; either can be asked for explicitly, whatever the input.
+TEST(ConfigIntermediate, DefaultFollowsTheInputAndAnExplicitFormatWins) {
+  MoeConfig c = good_config();
+  EXPECT_EQ(c.intermediate_format, IntermediateFormat::Auto);
+  EXPECT_EQ(c.resolved_intermediate(), IntermediateFormat::MXFP8);
+  c.input_format = InputFormat::BF16;
+  EXPECT_EQ(c.resolved_intermediate(), IntermediateFormat::BF16);
+  EXPECT_NE(c.describe().find("in=bf16 mid=bf16"), std::string::npos) << c.describe();
+  EXPECT_NO_THROW(c.validate());
+  c.intermediate_format = IntermediateFormat::MXFP8;
+  EXPECT_EQ(c.resolved_intermediate(), IntermediateFormat::MXFP8);
+  c.input_format = InputFormat::MXFP8;
+  c.intermediate_format = IntermediateFormat::BF16;
+  EXPECT_EQ(c.resolved_intermediate(), IntermediateFormat::BF16);
+  EXPECT_STREQ(to_string(IntermediateFormat::Auto), "auto");
+  // The FP8 mode needs an MXFP8 intermediate: the default gives it with MXFP8 input.
+  MoeConfig f = good_config();
+  f.precision = Precision::FP8;
+  EXPECT_NO_THROW(f.validate());
+  f.input_format = InputFormat::BF16;  // and its default intermediate, BF16
+  EXPECT_EQ(rejected_argument([&] { f.validate(); }), "config.precision");
+  // A tolerance is for a resolved format.
+  EXPECT_EQ(rejected_argument([] { (void)tolerance_for(IntermediateFormat::Auto); }), "intermediate format");
+  MoeConfig b = good_config();
+  b.input_format = InputFormat::BF16;  // judged as a BF16 intermediate: the tighter bound
+  EXPECT_EQ(tolerance_for(b).max_rel_l2, tolerance_for(IntermediateFormat::BF16).max_rel_l2);
+  EXPECT_EQ(tolerance_for(good_config()).max_rel_l2, tolerance_for(IntermediateFormat::MXFP8).max_rel_l2);
 }
 
 TEST(ConfigDescribe, MentionsShapesEpAndActivation) {

@@ -274,16 +274,16 @@ void check_rank(const Problem& p, EpMode mode, const EpComm& comm) {
   const Activations xin = all.input_format == InputFormat::MXFP8 ? x.to_mxfp8(all.scale_rule) : x;
   Output ref;
   reference_forward(all, every.weights, xin, routing, ref);
-  const Tolerance tol = tolerance_for(all.intermediate_format);
-  const Comparison c_ep = judge(ep, ref, all.intermediate_format);
+  const Tolerance tol = tolerance_for(all.resolved_intermediate());
+  const Comparison c_ep = judge(ep, ref, all.resolved_intermediate());
   EXPECT_TRUE(c_ep.pass(tol.max_rel_l2, tol.min_cosine)) << "rank " << rank << " EP vs reference: " << c_ep.summary();
   CudaMoeLayer single(all, every.weights);
   CudaHostSession ss(single, p.tokens[rank]);
   ss.set_inputs(x, &routing, nullptr);
   const Output one = ss.run_eager();
-  const Comparison c_one = judge(one, ref, all.intermediate_format);
+  const Comparison c_one = judge(one, ref, all.resolved_intermediate());
   EXPECT_TRUE(c_one.pass(tol.max_rel_l2, tol.min_cosine)) << "rank " << rank << " single GPU vs reference: " << c_one.summary();
-  const Comparison c_pair = judge(ep, one, all.intermediate_format);
+  const Comparison c_pair = judge(ep, one, all.resolved_intermediate());
   EXPECT_TRUE(c_pair.pass(tol.max_rel_l2, tol.min_cosine)) << "rank " << rank << " EP vs single GPU: " << c_pair.summary();
 }
 
