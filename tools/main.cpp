@@ -21,6 +21,7 @@
 #include "mxmoe/routing.h"
 #include "mxmoe/safetensors.h"
 #include "mxmoe/suite.h"
+#include "bench_options.h"
 #include "ep_bench.h"
 #include "table.h"
 
@@ -287,18 +288,7 @@ int cmd_run(RunOptions o) {
 }
 
 // ------------------------------------------------------------------ bench
-struct BenchOptions {
-  std::vector<int64_t> tokens{1, 2, 4, 8, 16, 32, 128};
-  int iterations = 50;
-  std::string json_path;
-  std::string baseline_json;  // PyTorch baseline times measured in the same run (bench/)
-  double hbm_tbps = 4.25, bf16_tflops = 792.0, fp8_tflops = 1448.0;
-  // > 1: model the receiving side of EP over this many ranks (exact mode): M is tokens
-  // per rank, every rank's tokens route uniformly over all 896 experts, and the layer
-  // runs on the tokens that hit this rank's 28 experts, with their other slots skipped.
-  int ep_ranks = 1;
-  std::string precision = "exact";  // fp8: the FP8 mode (docs/FP8_MODE.md), its peak the ceiling
-};
+using cli::BenchOptions;  // bench_options.h
 
 int cmd_bench(const BenchOptions& o) {
   if (cuda_device_count() == 0)
@@ -418,13 +408,16 @@ int cmd_bench(const BenchOptions& o) {
                      {"iterations", tm.iterations}, {"tbps", bytes / (us * 1e-6) / 1e12},
                      {"tflops", flops / (us * 1e-6) / 1e12}, {"hbm_floor_us", hbm_floor_us},
                      {"mma_floor_us", mma_floor_us}, {"torch_us", torch_us},
-                     {"precision", o.precision}, {"mma_tflops_ceiling", mma_tflops}});
+                     {"precision", o.precision}, {"mma_tflops_ceiling", mma_tflops},
+                     {"command", cli::bench_case_command(o, M_in)}});
     }
   }
   std::cout << "mxmoe bench: Kimi-K3 (E_local 28, K 3584, N 3072, top-16, SiTU, MXFP8 in/intermediate), "
             << "median of " << o.iterations << ", cold L2; floors at " << o.hbm_tbps << " TB/s and "
             << mma_tflops << " TFLOP/s (" << (fp8 ? "FP8; precision fp8" : "BF16") << ")\n";
   t.print(std::cout);
+  std::cout << "each case alone:\n";
+  for (int64_t M_in : o.tokens) std::cout << "  M=" << M_in << ": " << cli::bench_case_command(o, M_in) << "\n";
   write_json(o.json_path, {{"cases", out}});
   return 0;
 }

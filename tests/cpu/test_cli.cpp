@@ -9,6 +9,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "../../tools/bench_options.h"
+
 namespace {
 
 struct Result {
@@ -41,6 +43,22 @@ TEST(Cli, InfoSucceedsAndListsCapabilities) {
   Result j = run_cli("info --json");
   EXPECT_EQ(j.code, 0);
   EXPECT_NE(j.output.find("\"capabilities\""), std::string::npos) << j.output;
+}
+
+// SPEC §11: bench names, per case, the command that reproduces it (in its table's notes
+// and its JSON): the case's M alone, with the options that change what it measures.
+TEST(Cli, BenchCaseCommandCarriesTheOptionsThatChangeTheCase) {
+  mxmoe::cli::BenchOptions o;
+  EXPECT_EQ(mxmoe::cli::bench_case_command(o, 8), "mxmoe bench --tokens 8 --iterations 50 --precision exact");
+  o.tokens = {1, 4096};
+  o.iterations = 10;
+  o.precision = "fp8";
+  o.ep_ranks = 32;
+  o.hbm_tbps = 4.1;
+  o.baseline_json = "T.json";
+  o.json_path = "out.json";  // where results go does not change the case
+  EXPECT_EQ(mxmoe::cli::bench_case_command(o, 4096),
+            "mxmoe bench --tokens 4096 --iterations 10 --precision fp8 --ep-ranks 32 --hbm-tbps 4.1 --baseline T.json");
 }
 
 TEST(Cli, NoSubcommandFails) { EXPECT_NE(run_cli("").code, 0); }
