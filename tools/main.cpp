@@ -37,6 +37,10 @@ uint64_t fresh_seed() {
 
 Backend default_backend() { return cuda_device_count() > 0 ? Backend::Cuda : Backend::Cpu; }
 
+/// Where a command's tables and summary lines go: stdout, or stderr when its JSON goes to
+/// stdout (`--json -`), so that stdout is the JSON alone and parses.
+std::ostream& report_stream(const std::string& json_path) { return json_path == "-" ? std::cerr : std::cout; }
+
 void write_json(const std::string& path, const json& j) {
   if (path.empty()) return;
   if (path == "-") {
@@ -77,7 +81,7 @@ std::string fix(double v, int digits) {
   return b;
 }
 
-void print_results(const std::vector<CaseResult>& results) {
+void print_results(const std::vector<CaseResult>& results, std::ostream& os) {
   Table t({"case", "backend", "status", "rel L2", "cosine", "viol", "ties", "3 runs", "graph",
            "ideal rel L2", "ideal cos", "time s"});
   for (const CaseResult& r : results) {
@@ -88,9 +92,9 @@ void print_results(const std::vector<CaseResult>& results) {
            r.has_ideal ? sci(r.ideal_rel_l2) : "-", r.has_ideal ? fix(r.ideal_cosine, 4) : "-",
            fix(r.backend_seconds, 3)});
   }
-  t.print(std::cout);
+  t.print(os);
   for (const CaseResult& r : results)
-    if (r.status != CaseResult::Status::Pass) std::cout << r.name << ": " << r.status_string() << ": " << r.note << "\n";
+    if (r.status != CaseResult::Status::Pass) os << r.name << ": " << r.status_string() << ": " << r.note << "\n";
 }
 
 // ------------------------------------------------------------------ info
@@ -168,10 +172,11 @@ int cmd_validate(const std::string& suite, const std::string& backend_name, cons
     std::cerr << " " << results.back().status_string() << " (" << fix(results.back().backend_seconds, 2)
               << " s backend, " << fix(results.back().reference_seconds, 2) << " s reference)\n";
   }
-  print_results(results);
+  std::ostream& os = report_stream(json_path);
+  print_results(results, os);
   int failed = 0;
   for (const CaseResult& r : results) failed += r.status != CaseResult::Status::Pass;
-  std::cout << "validate --suite " << suite << " --backend " << backend_name
+  os << "validate --suite " << suite << " --backend " << backend_name
             << (precision == Precision::FP8 ? " --precision fp8" : "") << " --seed " << seed << ": "
             << results.size() - failed << " passed, " << failed << " failed\n";
   json j = {{"suite", suite}, {"backend", backend_name}, {"precision", to_string(precision)},
@@ -274,15 +279,16 @@ int cmd_run(RunOptions o) {
   std::cerr << "running " << c.tokens << " tokens on " << to_string(backend) << " and the float64 reference ...\n";
   CaseResult r = judge_case(c, d, backend, o.seed);
 
-  std::cout << "mxmoe run: Kimi-K3-format expert layer\n";
+  std::ostream& os = report_stream(o.json_path);
+  os << "mxmoe run: Kimi-K3-format expert layer\n";
   Table info({"checkpoint", "experts (local)", "K", "N", "top-k", "activation", "input", "intermediate", "tokens", "backend"});
   info.row({o.checkpoint, std::to_string(d.cfg.num_experts) + " (" + std::to_string(d.cfg.local_experts()) + ")",
             std::to_string(d.cfg.hidden), std::to_string(d.cfg.intermediate), std::to_string(d.cfg.top_k),
             o.activation, to_string(d.cfg.input_format), to_string(d.cfg.resolved_intermediate()),
             std::to_string(c.tokens), to_string(backend)});
-  info.print(std::cout);
-  print_results({r});
-  std::cout << "run --seed " << o.seed << ": " << (r.status == CaseResult::Status::Pass ? "1 passed, 0 failed" : "0 passed, 1 failed") << "\n";
+  info.print(os);
+  print_results({r}, os);
+  os << "run --seed " << o.seed << ": " << (r.status == CaseResult::Status::Pass ? "1 passed, 0 failed" : "0 passed, 1 failed") << "\n";
   if (!o.json_path.empty()) write_json(o.json_path, result_json(r));
   return r.status == CaseResult::Status::Pass ? 0 : 1;
 }
@@ -412,12 +418,13 @@ int cmd_bench(const BenchOptions& o) {
                      {"command", cli::bench_case_command(o, M_in)}});
     }
   }
-  std::cout << "mxmoe bench: Kimi-K3 (E_local 28, K 3584, N 3072, top-16, SiTU, MXFP8 in/intermediate), "
+  std::ostream& os = report_stream(o.json_path);
+  os << "mxmoe bench: Kimi-K3 (E_local 28, K 3584, N 3072, top-16, SiTU, MXFP8 in/intermediate), "
             << "median of " << o.iterations << ", cold L2; floors at " << o.hbm_tbps << " TB/s and "
             << mma_tflops << " TFLOP/s (" << (fp8 ? "FP8; precision fp8" : "BF16") << ")\n";
-  t.print(std::cout);
-  std::cout << "each case alone:\n";
-  for (int64_t M_in : o.tokens) std::cout << "  M=" << M_in << ": " << cli::bench_case_command(o, M_in) << "\n";
+  t.print(os);
+  os << "each case alone:\n";
+  for (int64_t M_in : o.tokens) os << "  M=" << M_in << ": " << cli::bench_case_command(o, M_in) << "\n";
   write_json(o.json_path, {{"cases", out}});
   return 0;
 }
@@ -467,7 +474,7 @@ int main(int argc, char** argv) {
   bench->add_option("--tokens", bo.tokens, "token counts")->delimiter(',');
   bench->add_option("--iterations", bo.iterations, "timed runs per case (median reported)");
   bench->add_option("--baseline", bo.baseline_json, "JSON {\"M\": torch_us} from bench/torch_baseline.py, same run");
-  bench->add_option("--json", bo.json_path, "write results as JSON");
+  bench->add_option("--json", bo.json_path, "write results as JSON ('-' for stdout)");
   bench->add_option("--hbm-tbps", bo.hbm_tbps, "HBM ceiling for the floor (measured copy bandwidth)");
   bench->add_option("--bf16-tflops", bo.bf16_tflops, "BF16 tensor-core ceiling");
   bench->add_option("--fp8-tflops", bo.fp8_tflops, "FP8 tensor-core ceiling (with --precision fp8)");

@@ -18,8 +18,8 @@ struct Result {
   std::string output;
 };
 
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(MXMOE_CLI_PATH) + " " + args + " 2>&1";
+Result run_cli(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = std::string(MXMOE_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -133,6 +133,21 @@ TEST(Cli, RunWithBf16InputTakesABf16IntermediateUnlessAsked) {
   Result bad = run_cli("run --backend cpu --tokens 2 --intermediate fp4");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.output.find("--intermediate"), std::string::npos) << bad.output;
+}
+
+// `--json -`: stdout is the JSON document alone (the tables go to stderr), so a pipe
+// can parse it.
+TEST(Cli, JsonToStdoutIsTheDocumentAlone) {
+  for (const char* args : {"run --backend cpu --tokens 2 --seed 3 --json -",
+                           "validate --suite smoke --backend cpu --filter m1 --seed 5 --json -"}) {
+    SCOPED_TRACE(args);
+    const Result r = run_cli(args, false);
+    EXPECT_EQ(r.code, 0) << r.output;
+    ASSERT_GE(r.output.size(), 2u);
+    EXPECT_EQ(r.output.front(), '{') << r.output.substr(0, 200);
+    EXPECT_EQ(r.output.substr(r.output.size() - 2), "}\n") << r.output.substr(r.output.size() - 200);
+    EXPECT_EQ(r.output.find("-----"), std::string::npos) << "a table on stdout";
+  }
 }
 
 TEST(Cli, RunWithMissingCheckpointFailsWithMessage) {
