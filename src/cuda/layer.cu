@@ -397,6 +397,11 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
                            int device)
     : impl_(std::make_unique<Impl>()) {
   cfg.validate();
+  // Row indices of the permuted problem are int32 on the device. Checked before the
+  // weights, whose buffers at these sizes would be the size of the limit itself.
+  MXMOE_CHECK_ARG(cfg.hidden <= (1 << 24), "config.hidden", cfg.hidden, " exceeds the CUDA engine's 2^24 limit");
+  MXMOE_CHECK_ARG(cfg.intermediate <= (1 << 24), "config.intermediate", cfg.intermediate,
+                  " exceeds the CUDA engine's 2^24 limit");
   weights.validate(cfg);
   Impl& s = *impl_;
   s.cfg = cfg;
@@ -430,10 +435,6 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
       MXMOE_CHECK_ARG(std::isfinite((*router_bias)[i]), "router_bias", "value ",
                       (*router_bias)[i], " at [", i, "] is not finite");
   }
-  // Row indices of the permuted problem are int32 on the device.
-  MXMOE_CHECK_ARG(cfg.hidden <= (1 << 24) && cfg.intermediate <= (1 << 24), "config.hidden",
-                  "hidden ", cfg.hidden, " / intermediate ", cfg.intermediate,
-                  " exceed the engine's 2^24 limit");
 
   const int count = cuda_device_count();
   if (count == 0)

@@ -55,6 +55,28 @@ TEST(LayerArgs, GpuRoutingBeyondTheKernelLimitsIsRefusedNamingTheAlternative) {
   expect_unsupported_naming([&] { CudaMoeLayer l(wide, w2.weights, &r2); }, "topk_ids");
 }
 
+TEST(LayerArgs, GpuRoutingWithMoreThan32GroupsIsRefusedNamingTheAlternative) {
+  MoeConfig c = small_cfg(66, 2);
+  SyntheticLayer w = make_synthetic_layer(c, 3);
+  RoutingParams r;
+  r.top_k = 2;
+  r.n_group = 33;  // groups of 2 experts
+  r.topk_group = 1;
+  ASSERT_NO_THROW(r.validate(c.num_experts));  // valid routing, beyond the GPU kernel
+  expect_unsupported_naming([&] { CudaMoeLayer l(c, w.weights, &r); }, "topk_ids");
+}
+
+// The engine's int32 row indices: K and N up to 2^24, each named; refused before the
+// weights are looked at (a layer that size would not be built to find out).
+TEST(LayerArgs, HiddenOrIntermediateBeyondTheEngineLimitIsNamed) {
+  MoeConfig k = small_cfg();
+  k.hidden = (int64_t{1} << 24) + 32;
+  expect_invalid([&] { CudaMoeLayer l(k, ExpertWeights{}); }, "config.hidden");
+  MoeConfig n = small_cfg();
+  n.intermediate = (int64_t{1} << 24) + 32;
+  expect_invalid([&] { CudaMoeLayer l(n, ExpertWeights{}); }, "config.intermediate");
+}
+
 TEST(LayerArgs, RoutingTopKMustMatchTheConfig) {
   MoeConfig c = small_cfg();
   SyntheticLayer w = make_synthetic_layer(c, 2);
