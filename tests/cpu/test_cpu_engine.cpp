@@ -167,6 +167,30 @@ INSTANTIATE_TEST_SUITE_P(
              "_mid_" + to_string(std::get<2>(i.param)) + (std::get<3>(i.param) ? "_bias" : "_nobias");
     });
 
+// The floor scale rule (ScaleRule::Floor, OCP's) end to end: the activations' and the
+// intermediate's MXFP8 quantization both follow it in the engine and in the reference,
+// within the same bounds; and it is applied (the outputs are not round-up's).
+TEST(CpuEngine, FloorScaleRuleWithinSpecBoundsAndApplied) {
+  for (Activation act : {Activation::SiTU, Activation::SiLU_Gated}) {
+    SCOPED_TRACE(to_string(act));
+    Output out_rule[2];
+    for (ScaleRule rule : {ScaleRule::RoundUp, ScaleRule::Floor}) {
+      MoeConfig cfg = config(16, 2, 1, 256, 128, 4);
+      cfg.activation = params_for(act);
+      cfg.scale_rule = rule;  // MXFP8 input and (by default) intermediate
+      const Case c = random_case(cfg, 8, 4242 + static_cast<int>(act));
+      Output ref, out;
+      reference_forward(c.cfg, c.w, c.x, c.routing, ref);
+      cpu_forward(c.cfg, c.w, c.x, c.routing, out);
+      const std::vector<double> r = output_values(ref), a = output_values(out);
+      const Comparison cmp = compare_outputs(a, r, 8, c.cfg.hidden, 1e-2 * rms_finite(r), 2e-2);
+      EXPECT_TRUE(cmp.pass(5e-3, 0.9999)) << (rule == ScaleRule::Floor ? "floor: " : "round up: ") << cmp.summary();
+      out_rule[rule == ScaleRule::Floor] = std::move(out);
+    }
+    EXPECT_FALSE(same_bits(out_rule[0], out_rule[1])) << "the scale rule changed nothing";
+  }
+}
+
 TEST(CpuEngine, KimiLikeShapeWithinSpecBounds) {
   // Kimi-K3's activation and MXFP8 path on a narrower layer: EP32 rank 7 slice of 896
   // experts, top-16 (most slots route to other ranks), FP32 and BF16 outputs.
