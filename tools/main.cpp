@@ -212,7 +212,7 @@ std::string default_checkpoint() {
 struct RunOptions {
   std::string checkpoint = default_checkpoint();
   std::string backend;
-  std::string activation = "situ";
+  std::string activation;  // empty: the checkpoint format's (Kimi-K3 situ, GPT-OSS swiglu)
   int64_t tokens = 32, top_k = 0, layer = -1, ep_size = 1, ep_rank = 0;
   std::string prefix;
   std::string json_path;
@@ -250,7 +250,11 @@ int cmd_run(RunOptions o) {
   c.cfg.top_k = o.top_k > 0 ? o.top_k : (synthetic ? spec.top_k : std::min<int64_t>(16, L.num_experts));
   c.cfg.ep_size = o.ep_size;
   c.cfg.ep_rank = o.ep_rank;
-  const Activation act = parse_activation(o.activation, "--activation");
+  // The model the checkpoint's format implies, unless asked otherwise: Kimi-K3's SiTU
+  // with the sigmoid router and its correction bias, GPT-OSS's SwiGLU-OAI with softmax.
+  const bool gpt_oss = L.format == CheckpointFormat::GptOss;
+  const Activation act = o.activation.empty() ? (gpt_oss ? Activation::SwiGLU_OAI : Activation::SiTU)
+                                              : parse_activation(o.activation, "--activation");
   c.cfg.activation = act == Activation::SiTU ? ActivationParams::situ()
                      : act == Activation::SwiGLU_OAI ? ActivationParams::swiglu_oai()
                                                      : ActivationParams::silu_gated();
@@ -260,15 +264,15 @@ int cmd_run(RunOptions o) {
                                                                              : IntermediateFormat::Auto;
   c.cfg.has_bias = !L.weights.w13_bias.empty();
   c.tokens = o.tokens;
-  c.routing = RoutingPattern::RouterSigmoid;
-  c.router.kind = RouterKind::Sigmoid;
+  c.routing = gpt_oss ? RoutingPattern::RouterSoftmax : RoutingPattern::RouterSigmoid;
+  c.router.kind = gpt_oss ? RouterKind::Softmax : RouterKind::Sigmoid;
   c.router.top_k = c.cfg.top_k;
   c.cfg.validate();
 
   CaseData d;
   d.cfg = c.cfg;
   d.weights = std::make_shared<const ExpertWeights>(std::move(L.weights));
-  d.router_bias = L.correction_bias;
+  if (!gpt_oss) d.router_bias = L.correction_bias;  // the softmax router takes none
   if (synthetic) {
     // Regenerate the BF16 originals from the recorded seed: the ideal comparison shows the
     // quantization error a user pays.
@@ -280,11 +284,13 @@ int cmd_run(RunOptions o) {
   CaseResult r = judge_case(c, d, backend, o.seed);
 
   std::ostream& os = report_stream(o.json_path);
-  os << "mxmoe run: Kimi-K3-format expert layer\n";
+  os << "mxmoe run: " << to_string(L.format) << "-format expert layer, "
+     << (c.router.kind == RouterKind::Softmax ? "softmax" : "sigmoid")
+     << " router\n";
   Table info({"checkpoint", "experts (local)", "K", "N", "top-k", "activation", "input", "intermediate", "tokens", "backend"});
   info.row({o.checkpoint, std::to_string(d.cfg.num_experts) + " (" + std::to_string(d.cfg.local_experts()) + ")",
             std::to_string(d.cfg.hidden), std::to_string(d.cfg.intermediate), std::to_string(d.cfg.top_k),
-            o.activation, to_string(d.cfg.input_format), to_string(d.cfg.resolved_intermediate()),
+            to_string(act), to_string(d.cfg.input_format), to_string(d.cfg.resolved_intermediate()),
             std::to_string(c.tokens), to_string(backend)});
   info.print(os);
   print_results({r}, os);
@@ -445,7 +451,7 @@ int main(int argc, char** argv) {
   run->add_option("--backend", ro.backend, "cpu or cuda (default: cuda when a GPU is visible)");
   run->add_option("--tokens,-m", ro.tokens, "tokens")->check(CLI::Range(1, 1 << 20));
   run->add_option("--top-k", ro.top_k, "experts per token (default: from the checkpoint)");
-  run->add_option("--activation", ro.activation, "situ | swiglu | silu");
+  run->add_option("--activation", ro.activation, "situ | swiglu | silu (default: the checkpoint format's)");
   run->add_option("--layer", ro.layer, "layer index (default: from metadata, else 0)");
   run->add_option("--prefix", ro.prefix, "tensor name prefix (default model.layers.<layer>.mlp)");
   run->add_option("--ep-size", ro.ep_size, "expert-parallel size");

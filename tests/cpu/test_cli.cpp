@@ -150,6 +150,24 @@ TEST(Cli, JsonToStdoutIsTheDocumentAlone) {
   }
 }
 
+// `run` on a GPT-OSS checkpoint runs GPT-OSS's model (SwiGLU-OAI, softmax router) unless
+// an activation is asked for; a Kimi-K3 one SiTU with the sigmoid router.
+TEST(Cli, RunTakesTheModelOfTheCheckpointFormat) {
+  const std::string oss = ::testing::TempDir() + "/cli_run_oss.safetensors";
+  ASSERT_EQ(run_cli("generate --output " + oss + " --format gpt-oss --experts 8 --hidden 64 --intermediate 64 --top-k 2 --seed 5").code, 0);
+  Result r = run_cli("run --backend cpu --checkpoint " + oss + " --tokens 3 --seed 4");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gpt-oss-format expert layer, softmax router"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" swiglu "), std::string::npos) << r.output;
+  Result s = run_cli("run --backend cpu --checkpoint " + oss + " --tokens 3 --seed 4 --activation silu");
+  EXPECT_EQ(s.code, 0) << s.output;
+  EXPECT_NE(s.output.find(" silu "), std::string::npos) << s.output;
+  Result k = run_cli("run --backend cpu --tokens 3 --seed 4");
+  EXPECT_EQ(k.code, 0) << k.output;
+  EXPECT_NE(k.output.find("kimi-format expert layer, sigmoid router"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find(" situ "), std::string::npos) << k.output;
+}
+
 TEST(Cli, RunWithMissingCheckpointFailsWithMessage) {
   Result r = run_cli("run --backend cpu --checkpoint /nonexistent/x.safetensors");
   EXPECT_NE(r.code, 0);
