@@ -225,14 +225,19 @@ int cmd_run(RunOptions o) {
   const Backend backend = o.backend.empty() ? default_backend() : parse_backend(o.backend);
   if (o.seed == 0) o.seed = fresh_seed();
   std::cerr << "loading " << o.checkpoint << " ...\n";
-  // The layer index: from the synthetic metadata when present, else 0 unless given.
+  // The layer index: from a single file's synthetic metadata when present, else 0 unless
+  // given (a sharded checkpoint's index names no layer).
   LoadOptions lo;
   lo.prefix = o.prefix;
   lo.ep_size = o.ep_size;
   lo.ep_rank = o.ep_rank;
   SyntheticSpec spec;
   bool synthetic = false;
-  if (o.layer < 0) {
+  const bool one_file = o.checkpoint.size() >= 12 &&
+                        o.checkpoint.compare(o.checkpoint.size() - 12, 12, ".safetensors") == 0;
+  if (o.layer < 0 && !one_file) {
+    lo.layer = 0;
+  } else if (o.layer < 0) {
     SafetensorsFile probe = SafetensorsFile::open(o.checkpoint);
     synthetic = synthetic_spec_from_metadata(probe.metadata(), spec);
     lo.layer = synthetic ? spec.layer : 0;
@@ -447,7 +452,9 @@ int main(int argc, char** argv) {
 
   auto* run = app.add_subcommand("run", "run a layer from a checkpoint and validate it against the reference");
   RunOptions ro;
-  run->add_option("--checkpoint", ro.checkpoint, "safetensors file (default: the embedded Kimi-format checkpoint)");
+  run->add_option("--checkpoint", ro.checkpoint,
+                  "safetensors file, or a sharded checkpoint's index (model.safetensors.index.json) or folder "
+                  "(default: the embedded Kimi-format checkpoint)");
   run->add_option("--backend", ro.backend, "cpu or cuda (default: cuda when a GPU is visible)");
   run->add_option("--tokens,-m", ro.tokens, "tokens")->check(CLI::Range(1, 1 << 20));
   run->add_option("--top-k", ro.top_k, "experts per token (default: from the checkpoint)");

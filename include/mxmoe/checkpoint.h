@@ -7,7 +7,8 @@
 // GPT-OSS: "<prefix>.experts.gate_up_proj_blocks" U8 [E][2N][K/32][16],
 //   "..._scales" U8 [E][2N][K/32], "..._bias" F32|BF16 [E][2N] (interleaved rows), and
 //   "down_proj_{blocks,scales,bias}" [E][K][N/32][16], [E][K][N/32], [E][K].
-// "<prefix>" defaults to "model.layers.<layer>.mlp".
+// "<prefix>" defaults to "model.layers.<layer>.mlp". Single files and sharded checkpoints
+// (load_checkpoint) both load.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,12 @@ struct LoadedLayer {
 };
 
 /// Detect the format (by tensor names) unless given, and load this rank's experts.
-/// Throws FormatError (missing tensor, wrong dtype/shape) or InvalidArgument (options).
+/// `path`: a .safetensors file, or a sharded checkpoint as Hugging Face stores it: its
+/// index (`model.safetensors.index.json`, whose "weight_map" names each tensor's shard
+/// file beside it) or the folder holding that index; shards are opened as their tensors
+/// are needed.
+/// Throws FormatError (missing tensor, wrong dtype/shape, a broken index or shard) or
+/// InvalidArgument (options).
 LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options);
 
 /// Synthetic checkpoint spec; metadata records every field so the BF16 originals (and

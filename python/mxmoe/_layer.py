@@ -214,18 +214,31 @@ class LoadedCheckpoint:
 
 def checkpoint_layers(path: str) -> list:
     """Layer indices that hold routed experts under the default prefix
-    ("model.layers.<i>.mlp.experts...")."""
+    ("model.layers.<i>.mlp.experts..."), of a safetensors file or of a sharded checkpoint
+    (its index ``model.safetensors.index.json`` or the folder holding it)."""
+    import json
+    import os
     import re
 
-    names, _ = _C.safetensors_tensors(str(path))
+    path = str(path)
+    if os.path.isdir(path) or path.endswith(".json"):
+        index = os.path.join(path, "model.safetensors.index.json") if os.path.isdir(path) else path
+        try:
+            with open(index, encoding="utf-8") as f:
+                names = list(json.load(f)["weight_map"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise _C.FormatError(f"{index}: not a readable sharded-checkpoint index ({e})") from None
+    else:
+        names = [n for n, _, _ in _C.safetensors_tensors(path)[0]]
     pat = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.")
-    return sorted({int(m.group(1)) for n, _, _ in names if (m := pat.match(n))})
+    return sorted({int(m.group(1)) for n in names if (m := pat.match(n))})
 
 
 def load_checkpoint(path: str, *, layer: Optional[int] = None, prefix: str = "", ep_size: int = 1,
                     ep_rank: int = 0) -> LoadedCheckpoint:
-    """Load this EP rank's routed experts (Kimi-K3 or GPT-OSS MXFP4 safetensors) into the
-    kernel layout. ``layer=None``: the file's only expert layer (an error if several).
+    """Load this EP rank's routed experts (Kimi-K3 or GPT-OSS MXFP4 safetensors: one file,
+    or a sharded checkpoint's index or folder) into the kernel layout. ``layer=None``: the
+    checkpoint's only expert layer (an error if several).
     Raises mxmoe.FormatError for a malformed file."""
     if layer is None:
         layers = [] if prefix else checkpoint_layers(path)

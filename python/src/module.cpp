@@ -649,7 +649,8 @@ NB_MODULE(_C, m) {
         return d;
       },
       "path"_a, nb::kw_only(), "layer"_a = 0, "prefix"_a = "", "ep_size"_a = 1, "ep_rank"_a = 0,
-      "Load this EP rank's routed experts (kernel layout) from a Kimi-K3 or GPT-OSS safetensors file.");
+      "Load this EP rank's routed experts (kernel layout) from a Kimi-K3 or GPT-OSS safetensors file, "
+      "or from a sharded checkpoint's index (model.safetensors.index.json) or its folder.");
 
   m.def(
       "safetensors_tensors",

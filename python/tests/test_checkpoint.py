@@ -51,6 +51,53 @@ def test_ep_rank_layers_sum_to_the_whole(rng, kimi_file):
     np.testing.assert_allclose(total, whole, rtol=1e-5, atol=1e-6)
 
 
+def _split_into_shards(src: Path, folder: Path, shard_of) -> None:
+    """A Hugging Face style sharded copy of a safetensors file: each tensor's bytes in the
+    shard shard_of(name) names, and model.safetensors.index.json mapping them."""
+    import json
+    import struct
+
+    data = src.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    shards, weight_map = {}, {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        shard = shard_of(name)
+        weight_map[name] = shard
+        shards.setdefault(shard, []).append((name, t))
+    folder.mkdir()
+    for shard, tensors in shards.items():
+        h, blob = {"__metadata__": header.get("__metadata__", {})}, b""
+        for name, t in tensors:
+            b, e = t["data_offsets"]
+            h[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [len(blob), len(blob) + e - b]}
+            blob += body[b:e]
+        hj = json.dumps(h).encode()
+        hj += b" " * (-len(hj) % 8)
+        (folder / shard).write_bytes(struct.pack("<Q", len(hj)) + hj + blob)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_sharded_checkpoint_loads_like_the_single_file(tmp_path, kimi_file):
+    folder = tmp_path / "sharded"
+    _split_into_shards(kimi_file, folder, lambda n: "b.safetensors" if ".experts.1" in n else "a.safetensors")
+    one = mxmoe.load_checkpoint(kimi_file)
+    for path in (folder, folder / "model.safetensors.index.json"):
+        ck = mxmoe.load_checkpoint(path, ep_size=2, ep_rank=1)
+        assert (ck.format, ck.num_experts, ck.top_k) == ("kimi", 16, 4)
+        np.testing.assert_array_equal(ck.weights.w13_packed, one.weights.w13_packed[8:16])
+        np.testing.assert_array_equal(ck.correction_bias, one.correction_bias)
+    (folder / "b.safetensors").unlink()
+    with pytest.raises(mxmoe.FormatError, match="b.safetensors"):
+        mxmoe.load_checkpoint(folder)
+    (folder / "model.safetensors.index.json").write_text("{")
+    with pytest.raises(mxmoe.FormatError, match="index"):
+        mxmoe.load_checkpoint(folder)
+
+
 def test_malformed_checkpoint_raises_format_error(tmp_path, kimi_file):
     bad = tmp_path / "bad.safetensors"
     data = kimi_file.read_bytes()

@@ -10,7 +10,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "../cpu/synthetic_streams.h"
 #include "mxmoe/error.h"
@@ -27,6 +32,103 @@ constexpr const char* kFormatVersion = "1";
 constexpr const char* kMd = "mxmoe.synthetic.";
 
 std::string default_prefix(int64_t layer) { return cat("model.layers.", layer, ".mlp"); }
+
+// The tensors of a checkpoint: one safetensors file, or the shards that a Hugging Face
+// index (`model.safetensors.index.json`: {"weight_map": {tensor: shard file}}) names. A
+// shard is opened (mapped) the first time one of its tensors is asked for, so a rank
+// reads only the shards that hold its layer.
+class TensorSet {
+ public:
+  static TensorSet open(const std::string& path) {
+    namespace fs = std::filesystem;
+    TensorSet s;
+    std::error_code ec;
+    const bool dir = fs::is_directory(path, ec);
+    std::string index = dir ? (fs::path(path) / kIndexName).string() : path;
+    if (dir && !fs::exists(index, ec))
+      throw FormatError(cat(path, ": a folder without ", kIndexName, ": pass a .safetensors file, an "
+                            "index, or the folder of a sharded checkpoint"));
+    if (!dir && !ends_with(path, ".json")) {
+      s.files_.emplace("", SafetensorsFile::open(path));
+      for (const auto& t : s.files_.at("").tensors()) {
+        s.names_.push_back(t.name);
+        s.where_.emplace(t.name, "");
+      }
+      return s;
+    }
+    s.dir_ = fs::path(index).parent_path().string();
+    s.read_index(index);
+    return s;
+  }
+
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const { return file_of(name).info(name); }
+  const uint8_t* data(const std::string& name) const { return file_of(name).data(name); }
+  const uint8_t* expect(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const {
+    return file_of(name).expect(name, dtype, shape);
+  }
+  /// Every tensor name (a sharded checkpoint's from its index, in the index's order).
+  const std::vector<std::string>& names() const { return names_; }
+  /// The __metadata__ of the file that holds `name`.
+  const std::map<std::string, std::string>& metadata_of(const std::string& name) const {
+    return file_of(name).metadata();
+  }
+
+ private:
+  static constexpr const char* kIndexName = "model.safetensors.index.json";
+  static constexpr size_t kMaxIndexBytes = size_t{64} << 20;
+
+  static bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  }
+
+  void read_index(const std::string& index) {
+    std::ifstream in(index, std::ios::binary);
+    if (!in) throw FormatError(cat("cannot read the index '", index, "'"));
+    std::string text;
+    text.reserve(4096);
+    char buf[65536];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+      text.append(buf, static_cast<size_t>(in.gcount()));
+      if (text.size() > kMaxIndexBytes)
+        throw FormatError(cat("the index '", index, "' is over ", kMaxIndexBytes >> 20, " MB"));
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      throw FormatError(cat("the index '", index, "' is not a JSON object"));
+    const auto map = j.find("weight_map");
+    if (map == j.end() || !map->is_object() || map->empty())
+      throw FormatError(cat("the index '", index, "' has no \"weight_map\" object of tensor -> shard file"));
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      if (!it->is_string())
+        throw FormatError(cat("the index '", index, "' maps tensor '", it.key(), "' to a non-string"));
+      const std::string shard = it->get<std::string>();
+      // A shard is a file beside the index: no folders, no way out of it.
+      if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+          shard.find('\\') != std::string::npos)
+        throw FormatError(cat("the index '", index, "' places tensor '", it.key(), "' in '", shard,
+                              "', which is not a file name beside the index"));
+      names_.push_back(it.key());
+      where_.emplace(it.key(), shard);
+    }
+  }
+
+  const SafetensorsFile& file_of(const std::string& name) const {
+    const auto w = where_.find(name);
+    if (w == where_.end()) throw FormatError(cat("tensor '", name, "' not found"));
+    auto f = files_.find(w->second);
+    if (f == files_.end())
+      f = files_.emplace(w->second, SafetensorsFile::open((std::filesystem::path(dir_) / w->second).string())).first;
+    if (!f->second.has(name))
+      throw FormatError(cat("shard '", w->second, "' does not hold tensor '", name, "', which the index places there"));
+    return f->second;
+  }
+
+  std::string dir_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> where_;                // tensor -> shard ("" for a single file)
+  mutable std::map<std::string, SafetensorsFile> files_;  // shard -> its file, once opened
+};
 
 std::string kimi_name(const std::string& prefix, int64_t e, int w, const char* part) {
   return cat(prefix, ".experts.", e, ".w", w, ".weight_", part);
@@ -45,11 +147,11 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 // Where experts live in this file, for the "nothing found under this prefix" message.
-std::string expert_prefixes_hint(const SafetensorsFile& f) {
+std::string expert_prefixes_hint(const TensorSet& f) {
   std::set<std::string> prefixes;
-  for (const auto& t : f.tensors()) {
-    const size_t p = t.name.find(".experts.");
-    if (p != std::string::npos) prefixes.insert(t.name.substr(0, p));
+  for (const std::string& name : f.names()) {
+    const size_t p = name.find(".experts.");
+    if (p != std::string::npos) prefixes.insert(name.substr(0, p));
   }
   if (prefixes.empty()) return "the file holds no '.experts.' tensors";
   std::string s = "expert prefixes in the file: ";
@@ -66,7 +168,7 @@ std::string expert_prefixes_hint(const SafetensorsFile& f) {
 
 // F32 or BF16 tensor of `shape` -> floats (rows [row0, row0+rows) of a 2-D tensor when
 // `rows` >= 0, the whole tensor otherwise).
-std::vector<float> read_floats(const SafetensorsFile& f, const std::string& name,
+std::vector<float> read_floats(const TensorSet& f, const std::string& name,
                                const std::vector<int64_t>& shape, int64_t row0 = 0, int64_t rows = -1) {
   const TensorInfo& t = f.info(name);
   if (t.dtype != StDType::F32 && t.dtype != StDType::BF16)
@@ -109,18 +211,18 @@ void check_mx_dims(const std::string& tensor, int64_t K, int64_t N) {
 
 std::vector<uint8_t> bytes_of(const uint8_t* p, size_t n) { return std::vector<uint8_t>(p, p + n); }
 
-LoadedLayer load_kimi(const SafetensorsFile& f, const std::string& prefix, const LoadOptions& o) {
+LoadedLayer load_kimi(const TensorSet& f, const std::string& prefix, const LoadOptions& o) {
   // Experts are numbered 0..E-1; E is one past the largest index present, and every
   // index below it must then be complete (checked tensor by tensor below).
   const std::string ep = prefix + ".experts.";
   int64_t E = 0;
-  for (const auto& t : f.tensors()) {
-    if (t.name.compare(0, ep.size(), ep) != 0) continue;
-    const size_t dot = t.name.find('.', ep.size());
-    const std::string idx = t.name.substr(ep.size(), dot == std::string::npos ? std::string::npos : dot - ep.size());
+  for (const std::string& name : f.names()) {
+    if (name.compare(0, ep.size(), ep) != 0) continue;
+    const size_t dot = name.find('.', ep.size());
+    const std::string idx = name.substr(ep.size(), dot == std::string::npos ? std::string::npos : dot - ep.size());
     if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) continue;
     if (idx.size() > 7 || (idx.size() > 1 && idx[0] == '0'))
-      throw FormatError(cat("tensor '", t.name, "': expert index '", idx, "' is not a plausible index"));
+      throw FormatError(cat("tensor '", name, "': expert index '", idx, "' is not a plausible index"));
     E = std::max<int64_t>(E, std::stoll(idx) + 1);
   }
   const std::string w1p = kimi_name(prefix, 0, 1, "packed");
@@ -170,7 +272,7 @@ LoadedLayer load_kimi(const SafetensorsFile& f, const std::string& prefix, const
   return L;
 }
 
-LoadedLayer load_gptoss(const SafetensorsFile& f, const std::string& prefix, const LoadOptions& o) {
+LoadedLayer load_gptoss(const TensorSet& f, const std::string& prefix, const LoadOptions& o) {
   const std::string gub = gptoss_name(prefix, "gate_up_proj_blocks");
   const TensorInfo& t0 = f.info(gub);
   if (t0.dtype != StDType::U8 || t0.shape.size() != 4 || t0.shape[3] != 16 || t0.shape[1] % 2 != 0)
@@ -364,10 +466,10 @@ LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options)
   MXMOE_CHECK_ARG(options.ep_rank >= 0 && options.ep_rank < options.ep_size, "ep_rank",
                   options.ep_rank, " must be in [0, ep_size ", options.ep_size, ")");
   const std::string prefix = options.prefix.empty() ? default_prefix(options.layer) : options.prefix;
-  const SafetensorsFile f = SafetensorsFile::open(path);
-  const bool gpt = f.has(gptoss_name(prefix, "gate_up_proj_blocks"));
-  const bool kimi = f.has(kimi_name(prefix, 0, 1, "packed"));
+  const TensorSet f = TensorSet::open(path);  // its messages name the file or the index
   try {
+    const bool gpt = f.has(gptoss_name(prefix, "gate_up_proj_blocks"));
+    const bool kimi = f.has(kimi_name(prefix, 0, 1, "packed"));
     if (gpt && kimi)
       throw FormatError(cat("both Kimi-K3 ('", kimi_name(prefix, 0, 1, "packed"), "') and GPT-OSS ('",
                             gptoss_name(prefix, "gate_up_proj_blocks"),
@@ -380,7 +482,8 @@ LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options)
     LoadedLayer L = gpt ? load_gptoss(f, prefix, options) : load_kimi(f, prefix, options);
     const std::string cb = correction_bias_name(prefix);
     if (f.has(cb)) L.correction_bias = read_floats(f, cb, {L.num_experts});
-    L.metadata = f.metadata();
+    // The metadata of the file holding the first expert (a synthetic checkpoint's spec).
+    L.metadata = f.metadata_of(gpt ? gptoss_name(prefix, "gate_up_proj_blocks") : kimi_name(prefix, 0, 1, "packed"));
     return L;
   } catch (const FormatError& e) {
     throw FormatError(cat(path, ": ", e.what()));

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <iterator>
 #include <string>
@@ -134,6 +136,29 @@ void expect_format_error(Fn fn, const std::vector<std::string>& needles) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected FormatError, got: " << e.what();
   }
+}
+
+// A sharded copy of a checkpoint in folder `dir` (created): the tensors of `src` spread
+// over shards by `shard_of(name)` (a file name), each shard with src's metadata, and a
+// Hugging Face index naming them (`index_text` replaces the index when given).
+void shard(const std::string& src, const std::string& dir,
+           const std::function<std::string(const std::string&)>& shard_of, const std::string& index_text = "") {
+  std::filesystem::create_directories(dir);
+  const SafetensorsFile f = SafetensorsFile::open(src);
+  std::map<std::string, SafetensorsWriter> shards;
+  std::string map;
+  for (const TensorInfo& t : f.tensors()) {
+    const std::string s = shard_of(t.name);
+    shards[s].add(t.name, t.dtype, t.shape, f.data(t.name), t.end - t.begin);
+    map += (map.empty() ? "" : ",\n    ") + ("\"" + t.name + "\": \"" + s + "\"");
+  }
+  for (auto& [name, w] : shards) {
+    for (const auto& [k, v] : f.metadata()) w.set_metadata(k, v);
+    w.write(dir + "/" + name);
+  }
+  std::ofstream(dir + "/model.safetensors.index.json")
+      << (index_text.empty() ? "{\"metadata\": {\"total_size\": 1},\n  \"weight_map\": {\n    " + map + "}}\n"
+                             : index_text);
 }
 
 LoadOptions opts(int64_t layer, int64_t ep_size = 1, int64_t ep_rank = 0) {
@@ -345,6 +370,103 @@ TEST(CheckpointSynthetic, GptOssInterleavedRowsAreKimiGateAndUpRows) {
 }
 
 // ---------------------------------------------------------------- EP slicing
+
+// ---------------------------------------------------------------- sharded checkpoints
+
+// A checkpoint split over shards (as real ones are: a Hugging Face index names the shard
+// of every tensor) loads the same bytes as the single file, by its index or its folder,
+// whole or as an EP slice, for both formats.
+TEST(CheckpointSharded, LoadsTheSameBytesAsTheSingleFileByIndexOrFolder) {
+  for (const CheckpointFormat fmt : {CheckpointFormat::KimiK3, CheckpointFormat::GptOss}) {
+    SCOPED_TRACE(to_string(fmt));
+    const SyntheticSpec s = small_spec(fmt, fmt == CheckpointFormat::GptOss);
+    const std::string one = temp_path("one.safetensors"), dir = temp_path("sharded");
+    write_synthetic_checkpoint(one, s);
+    // Kimi: experts 0..3 in the first shard, 4..7 (and the bias) in the second; GPT-OSS:
+    // the gate-up tensors in one, the down ones in the other.
+    shard(one, dir, [](const std::string& n) {
+      const bool second = n.find(".experts.4.") != std::string::npos || n.find(".experts.5.") != std::string::npos ||
+                          n.find(".experts.6.") != std::string::npos || n.find(".experts.7.") != std::string::npos ||
+                          n.find("down_proj") != std::string::npos || n.find("gate.") != std::string::npos;
+      return second ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    });
+    const LoadedLayer want = load_checkpoint(one, opts(3));
+    for (const std::string& path : {dir + "/model.safetensors.index.json", dir}) {
+      const LoadedLayer got = load_checkpoint(path, opts(3));
+      EXPECT_EQ(got.format, fmt);
+      EXPECT_EQ(got.num_experts, 8);
+      expect_same_weights(got.weights, want.weights);
+      EXPECT_EQ(got.correction_bias, want.correction_bias);
+      EXPECT_EQ(got.metadata, want.metadata);
+      expect_same_weights(load_checkpoint(path, opts(3, 4, 3)).weights, load_checkpoint(one, opts(3, 4, 3)).weights);
+    }
+    if (fmt == CheckpointFormat::KimiK3) {
+      // Every expert's shapes are checked (headers only), so even rank 0 of 2 opens the
+      // shard of experts 4..7: a missing shard file is named.
+      std::filesystem::remove(dir + "/model-00002-of-00002.safetensors");
+      expect_format_error([&] { load_checkpoint(dir, opts(3, 2, 0)); }, {"model-00002-of-00002.safetensors"});
+    }
+    std::filesystem::remove_all(dir);
+    std::remove(one.c_str());
+  }
+}
+
+TEST(CheckpointSharded, BrokenIndexesAreRejectedNamingWhatIsWrong) {
+  const SyntheticSpec s = small_spec(CheckpointFormat::KimiK3, false);
+  const std::string one = temp_path("one_b.safetensors"), dir = temp_path("sharded_b");
+  write_synthetic_checkpoint(one, s);
+  const auto to_a = [](const std::string&) { return std::string("a.safetensors"); };
+  const std::string index = dir + "/model.safetensors.index.json";
+  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"not json", "not a JSON object"},
+           {"[1, 2]", "not a JSON object"},
+           {"{\"metadata\": {}}", "weight_map"},
+           {"{\"weight_map\": {}}", "weight_map"},
+           {"{\"weight_map\": {\"x\": 3}}", "non-string"},
+           {"{\"weight_map\": {\"model.layers.3.mlp.experts.0.w1.weight_packed\": \"../a.safetensors\"}}", "not a file name"},
+           {"{\"weight_map\": {\"model.layers.3.mlp.experts.0.w1.weight_packed\": \"\"}}", "not a file name"},
+           // The index places a tensor in a shard that does not hold it.
+           {"{\"weight_map\": {\"model.layers.3.mlp.experts.0.w1.weight_packed\": \"a.safetensors\", "
+            "\"model.layers.3.mlp.experts.0.w9.weight_packed\": \"a.safetensors\"}}", "not found"},
+       }) {
+    SCOPED_TRACE(text);
+    shard(one, dir, to_a, text);
+    expect_format_error([&] { load_checkpoint(index, opts(3)); }, {needle});
+  }
+  // An index whose expert 5 lacks a tensor: named, as in a single file.
+  const std::string victim = "model.layers.3.mlp.experts.5.w2.weight_scale";
+  std::filesystem::remove_all(dir);
+  shard(one, dir, to_a);
+  {
+    std::ifstream in(index);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("\"" + victim + "\"");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, victim.size() + 2, "\"model.layers.3.mlp.experts.5.w2.other\"");
+    std::ofstream(index) << text;
+  }
+  expect_format_error([&] { load_checkpoint(index, opts(3)); }, {victim, "not found", index});
+  // A tensor the index places in a shard that lacks it (expert 7 lives in b).
+  std::filesystem::remove_all(dir);
+  shard(one, dir, [](const std::string& n) {
+    return std::string(n.find(".experts.7.") != std::string::npos ? "b.safetensors" : "a.safetensors");
+  });
+  {
+    std::ifstream in(index);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string moved = "\"" + victim + "\": \"a.safetensors\"";
+    const size_t at = text.find(moved);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, moved.size(), "\"" + victim + "\": \"b.safetensors\"");
+    std::ofstream(index) << text;
+  }
+  expect_format_error([&] { load_checkpoint(index, opts(3)); }, {"shard 'b.safetensors' does not hold", victim});
+  // A folder without an index.
+  std::filesystem::remove(index);
+  expect_format_error([&] { load_checkpoint(dir, opts(3)); }, {"model.safetensors.index.json", dir});
+  std::filesystem::remove_all(dir);
+  std::remove(one.c_str());
+}
 
 TEST(CheckpointEp, Rank2Of4EqualsExpertsHalfToThreeQuartersOfFullLoad) {
   for (bool gpt : {false, true}) {
