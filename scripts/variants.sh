@@ -14,8 +14,9 @@
 #     OUT    OUT/a/mxmoe is the build's binary, OUT/b/mxmoe the one after the first patch,
 #            OUT/c/mxmoe after the first two, ... (stripped)
 #     TUS    comma-separated file names under src/cuda, e.g. gemm1_act.cu,gemm2.cu, or
-#            paths under src/ for other directories, e.g. cpu/routing.cpp (a header shared
-#            by host and device code, such as activation_math.h, reaches both)
+#            paths under src/ for other directories, e.g. cpu/routing.cpp, or names of
+#            src/ itself, e.g. moe.cpp (a header shared by host and device code, such as
+#            activation_math.h, reaches both)
 #
 # Example (session 39's series):
 #   bash scripts/variants.sh build-gpu /tmp/var gemm1_act.cu,gemm2.cu docs/pending/000*.patch
@@ -43,8 +44,14 @@ strip "$OUT/a/mxmoe"
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-# A TUS entry with a slash is a path under src/ (cpu/routing.cpp), else a file of src/cuda.
-tu_path() { case "$1" in */*) echo "src/$1" ;; *) echo "src/cuda/$1" ;; esac; }
+# A TUS entry with a slash is a path under src/ (cpu/routing.cpp); a bare name is a file
+# of src/cuda, or of src/ itself where src/cuda has none (moe.cpp).
+tu_path() {
+  case "$1" in
+    */*) echo "src/$1" ;;
+    *) if [ -e "$ROOT/src/cuda/$1" ]; then echo "src/cuda/$1"; else echo "src/$1"; fi ;;
+  esac
+}
 letters=(b c d e f g h i j k l m n o p q r s t u v w x y z)
 for ((n = 1; n <= ${#PATCHES[@]}; ++n)); do
   v=${letters[$((n - 1))]}
