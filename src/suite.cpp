@@ -104,6 +104,19 @@ MoeConfig kimi_config(int64_t hidden, int64_t intermediate, Activation act) {
   return c;
 }
 
+// GPT-OSS-20B's routed experts: 32 experts, top-4, K = N = 2880 (a multiple of 64, not of
+// 128), SwiGLU-OAI with biases, BF16 activations (the intermediate then BF16 too, SPEC §7).
+MoeConfig gptoss_config() {
+  MoeConfig c = small_config(Activation::SwiGLU_OAI);
+  c.num_experts = 32;
+  c.top_k = 4;
+  c.hidden = 2880;
+  c.intermediate = 2880;
+  c.has_bias = true;
+  c.input_format = InputFormat::BF16;
+  return c;
+}
+
 // Draw k distinct experts from `pool` with weights `p` (unnormalized).
 void draw_distinct(Rng& rng, const std::vector<int32_t>& pool, const std::vector<double>& p, int64_t k,
                    int32_t* out) {
@@ -384,6 +397,20 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
         c.check_determinism = true;
         add(c);
       }
+    }
+    // GPT-OSS's real shape, routed by its softmax router on the backend: a K and N that are
+    // multiples of 64 but not of 128, biases, BF16 activations and intermediate.
+    for (int64_t m : {1, 128}) {
+      SuiteCase c;
+      c.name = std::string("gptoss-real-swiglu-") + (m == 1 ? "decode-m1" : "prefill-m128");
+      c.what = "GPT-OSS-20B real shape (K = N = 2880, 32 experts, top-4, biases), SwiGLU-OAI, BF16 in and "
+               "intermediate, softmax router";
+      c.cfg = gptoss_config();
+      c.tokens = m;
+      c.routing = RoutingPattern::RouterSoftmax;
+      c.router.kind = RouterKind::Softmax;
+      c.router.top_k = c.cfg.top_k;
+      add(c);
     }
     // The decode path's 16- and 32-token tiles at the real shape (their shared memory
     // sits at and above the 48 KB default; the M=1 case covers the 8-token tile).
