@@ -103,11 +103,16 @@ int cmd_info(bool as_json) {
   j["version"] = MXMOE_VERSION;
   j["cuda_built"] = cuda_built();
   j["gpus"] = json::array();
-  for (const GpuInfo& g : cuda_devices())
+  for (const GpuInfo& g : cuda_devices()) {
+    const GpuCapabilities& c = g.capabilities;
     j["gpus"].push_back({{"index", g.index}, {"name", g.name},
                          {"sm", std::to_string(g.sm_major) + std::to_string(g.sm_minor)},
                          {"sms", g.sm_count}, {"memory_gib", g.memory_bytes / double(1ull << 30)},
-                         {"supported", g.supported}, {"note", g.note}});
+                         {"supported", g.supported}, {"note", g.note},
+                         {"activations", c.activations}, {"input_formats", c.input_formats},
+                         {"intermediate_formats", c.intermediate_formats}, {"output_formats", c.output_formats},
+                         {"precisions", c.precisions}, {"paths", c.paths}});
+  }
   j["capabilities"] = {
       {"backends", cuda_device_count() > 0 ? json{"cpu", "cuda"} : json{"cpu"}},
       {"activations", {"situ", "swiglu", "silu"}},
@@ -124,10 +129,18 @@ int cmd_info(bool as_json) {
   std::cout << "mxmoe " << MXMOE_VERSION << "\n"
             << "CUDA engine built: " << (cuda_built() ? "yes" : "no (CPU-only build)") << "\n"
             << "GPUs seen: " << cuda_device_count() << "\n";
+  const auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
   for (const GpuInfo& g : cuda_devices())
     std::cout << "  [" << g.index << "] " << g.name << " sm_" << g.sm_major << g.sm_minor << ", " << g.sm_count
               << " SMs, " << fix(g.memory_bytes / double(1ull << 30), 1) << " GiB, "
-              << (g.supported ? "supported" : "not supported: " + g.note) << "\n";
+              << (g.supported ? "supported: precisions " + join(g.capabilities.precisions) + "; paths " +
+                                    join(g.capabilities.paths)
+                              : "not supported: " + g.note)
+              << "\n";
   std::cout << "backends: " << j["capabilities"]["backends"].dump() << "\n"
             << "activations: situ, swiglu (SwiGLU-OAI), silu (SiLU-gated); per-expert parameters\n"
             << "inputs: bf16, mxfp8; intermediate: bf16, mxfp8; output: bf16, fp32; weights: mxfp4\n"

@@ -19,13 +19,29 @@ bool cuda_built();
 /// Number of usable GPUs (0 without CUDA or without a driver/GPU; never throws).
 int cuda_device_count();
 
+/// What the CUDA engine runs on one GPU (SPEC §10: an engine decides once, at start-up).
+/// Every list is empty on a GPU the engine does not support.
+struct GpuCapabilities {
+  std::vector<std::string> activations;           // situ, swiglu, silu
+  std::vector<std::string> input_formats;         // bf16, mxfp8
+  std::vector<std::string> intermediate_formats;  // bf16, mxfp8
+  std::vector<std::string> output_formats;        // bf16, fp32
+  std::vector<std::string> precisions;            // exact; fp8 (the FP8 mode) on Hopper with sm_90a kernels
+  std::vector<std::string> paths;                 // decode (mma.sync); prefill (wgmma, sm_90a kernels on Hopper)
+};
+/// The capabilities of a GPU of compute capability `sm_major`.x: `supported`, this build
+/// has kernels for it; `sm90a_kernels`, this build's sm_90a kernels (the wgmma prefill
+/// path and the FP8 mode) run on it. A pure function of those (tested without a GPU).
+GpuCapabilities gpu_capabilities(bool supported, int sm_major, bool sm90a_kernels);
+
 struct GpuInfo {
   int index = 0;
   std::string name;
   int sm_major = 0, sm_minor = 0, sm_count = 0;
   size_t memory_bytes = 0;
   bool supported = false;     // the engine has code for this architecture
-  std::string note;           // why not, when not
+  std::string note;           // why not, when not; when supported, the capabilities in words
+  GpuCapabilities capabilities;
 };
 std::vector<GpuInfo> cuda_devices();
 

@@ -78,8 +78,9 @@ def _stacked(p: Any, name: str) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def capabilities() -> dict:
-    """What this build and machine can run: backends, GPUs (per device: supported,
-    activations, input/intermediate/output formats, note), layouts, routers."""
+    """What this build and machine can run: backends, precisions, GPUs (per device:
+    supported, activations, input/intermediate/output formats, precisions (exact; fp8 on
+    Hopper), paths (decode; prefill on Hopper), note), layouts, routers."""
     return _C.capabilities()
 
 
@@ -122,12 +123,22 @@ def supports(config: Union[MoeConfig, Mapping[str, Any]], backend: str = "auto",
         devs = [d for d in devs if d["index"] == device]
         if not devs:
             return False, f"device: no CUDA device {device} (have {len(caps['devices'])})"
+    lacking = []
     for d in devs:
         if d["supported"]:
-            if cfg.activation not in d["activations"] or cfg.input_format not in d["input_formats"]:
+            # Each field against what this GPU runs (capabilities(): per-GPU lists).
+            miss = [f"{field} {value}" for field, value, have in (
+                ("activation", cfg.activation, d["activations"]),
+                ("input_format", cfg.input_format, d["input_formats"]),
+                ("intermediate_format", cfg.intermediate_format, d["intermediate_formats"]),
+                ("output_format", cfg.output_format, d["output_formats"]),
+                ("precision", cfg.precision, d["precisions"])) if value not in have]
+            if miss:
+                lacking.append(f"cuda:{d['index']} {d['name']} (sm{d['sm']}) does not run {', '.join(miss)}")
                 continue
             return True, f"cuda:{d['index']} ({d['name']}, sm{d['sm']})"
-    notes = "; ".join(f"cuda:{d['index']} {d['name']}: {d['note']}" for d in devs) or "no CUDA device visible"
+    notes = "; ".join(lacking + [f"cuda:{d['index']} {d['name']}: {d['note']}" for d in devs if not d["supported"]])
+    notes = notes or "no CUDA device visible"
     if backend == "auto":
         return True, f"cpu: no supported GPU ({notes})"
     return False, f"cuda: no supported GPU ({notes}); use backend 'cpu'"

@@ -414,7 +414,7 @@ nb::dict capabilities() {
   for (const char* f : {"bf16", "fp32"}) outs.append(f);
   backends.append("cpu");
   backends.append("reference");
-  bool any_gpu = false;
+  bool any_gpu = false, any_fp8 = false;
   for (const auto& g : cuda_devices()) {
     nb::dict gd;
     gd["index"] = g.index;
@@ -424,14 +424,17 @@ nb::dict capabilities() {
     gd["memory_bytes"] = g.memory_bytes;
     gd["supported"] = g.supported;
     gd["note"] = g.note;
-    // The C++ API reports support per GPU as a whole; every activation and format is
-    // implemented for each supported architecture.
-    gd["activations"] = g.supported ? nb::object(names) : nb::object(nb::list());
-    gd["input_formats"] = g.supported ? nb::object(fmts) : nb::object(nb::list());
-    gd["intermediate_formats"] = g.supported ? nb::object(inter) : nb::object(nb::list());
-    gd["output_formats"] = g.supported ? nb::object(outs) : nb::object(nb::list());
+    // What this GPU runs (GpuCapabilities, gpu_capabilities: empty lists when unsupported).
+    const GpuCapabilities& c = g.capabilities;
+    gd["activations"] = c.activations;
+    gd["input_formats"] = c.input_formats;
+    gd["intermediate_formats"] = c.intermediate_formats;
+    gd["output_formats"] = c.output_formats;
+    gd["precisions"] = c.precisions;
+    gd["paths"] = c.paths;
     devs.append(gd);
     any_gpu |= g.supported;
+    for (const std::string& pr : c.precisions) any_fp8 |= pr == "fp8";
   }
   if (any_gpu) backends.append("cuda");
   d["backends"] = backends;
@@ -440,6 +443,10 @@ nb::dict capabilities() {
   d["input_formats"] = fmts;
   d["intermediate_formats"] = inter;
   d["output_formats"] = outs;
+  nb::list precisions;  // exact everywhere; fp8 where some GPU here runs the FP8 mode
+  precisions.append("exact");
+  if (any_fp8) precisions.append("fp8");
+  d["precisions"] = precisions;
   nb::list layouts, routers, ckpt;
   for (const char* l : {"gate_up", "interleaved", "up_gate"}) layouts.append(l);
   for (const char* r : {"sigmoid", "softmax"}) routers.append(r);

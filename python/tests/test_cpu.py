@@ -26,6 +26,32 @@ def test_supports_reports_bad_config_field_without_raising():
     assert not ok and "backend" in why
 
 
+def test_supports_cuda_checks_each_field_against_the_gpus_capabilities(monkeypatch):
+    # supports() reads mxmoe.capabilities()' per-GPU lists: a GPU without the FP8 mode (an
+    # sm_80 here) is named with what it lacks; a Hopper with it runs the config.
+    def device(index, sm, precisions):
+        return dict(index=index, name=f"GPU{index}", sm=sm, supported=True, note="", activations=["situ", "swiglu", "silu"],
+                    input_formats=["bf16", "mxfp8"], intermediate_formats=["bf16", "mxfp8"],
+                    output_formats=["bf16", "fp32"], precisions=precisions, paths=["decode"])
+
+    real = mxmoe._layer._C.capabilities()
+    fake = dict(real, cuda_built=True, devices=[device(0, "80", ["exact"])])
+    monkeypatch.setattr(mxmoe._layer._C, "capabilities", lambda: fake)
+    ok, why = mxmoe.supports(small_config(precision="fp8"), backend="cuda")
+    assert not ok and "precision fp8" in why and "cuda:0" in why
+    assert mxmoe.supports(small_config(), backend="cuda")[0]
+    fake["devices"].append(device(1, "90", ["exact", "fp8"]))
+    ok, why = mxmoe.supports(small_config(precision="fp8"), backend="cuda")
+    assert ok and why.startswith("cuda:1")
+
+
+def test_capabilities_list_precisions():
+    caps = mxmoe.capabilities()
+    assert caps["precisions"][0] == "exact"
+    for d in caps["devices"]:
+        assert set(d["precisions"]) <= {"exact", "fp8"} and set(d["paths"]) <= {"decode", "prefill"}
+
+
 def test_supports_cuda_names_alternative_when_unavailable():
     ok, why = mxmoe.supports(small_config(), backend="cuda")
     if not mxmoe.capabilities()["cuda_built"]:

@@ -117,9 +117,20 @@ std::vector<GpuInfo> cuda_devices() {
       g.note = e.what();
     }
     g.supported = g.note.empty();
+    bool sm90a = false;
+    if (g.supported && prop.major == 9) {
+      try {
+        DeviceGuard guard(i);
+        sm90a = cuda_detail::prefill_kernels_available();
+      } catch (const Error&) {
+        sm90a = false;  // then the decode path serves every size, as the layer would decide
+      }
+    }
+    g.capabilities = gpu_capabilities(g.supported, prop.major, sm90a);
     if (g.supported)
-      g.note = "activations situ/swiglu/silu; input bf16/mxfp8; intermediate bf16/mxfp8; "
-               "output bf16/fp32; backend exact (BF16 mma.sync, fp32 accumulation)";
+      g.note = sm90a ? "precisions exact (BF16 tensor cores, fp32 accumulation) and fp8 (the FP8 mode); "
+                       "decode and wgmma prefill paths"
+                     : "precision exact (BF16 mma.sync, fp32 accumulation); decode path at every size";
     out.push_back(std::move(g));
   }
   return out;

@@ -8,9 +8,11 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mxmoe/error.h"
+#include "mxmoe/cuda.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/suite.h"
 
@@ -386,6 +388,31 @@ TEST(ConfigIntermediate, DefaultFollowsTheInputAndAnExplicitFormatWins) {
   b.input_format = InputFormat::BF16;  // judged as a BF16 intermediate: the tighter bound
   EXPECT_EQ(tolerance_for(b).max_rel_l2, tolerance_for(IntermediateFormat::BF16).max_rel_l2);
   EXPECT_EQ(tolerance_for(good_config()).max_rel_l2, tolerance_for(IntermediateFormat::MXFP8).max_rel_l2);
+}
+
+// SPEC §10: per GPU, what the CUDA engine runs (the rules behind cuda_devices(), `mxmoe
+// info` and Python's capabilities()): nothing on an unsupported GPU; every activation and
+// format on a supported one, exactly; the FP8 mode and the wgmma prefill path only on
+// Hopper with this build's sm_90a kernels.
+TEST(GpuCapabilities, PerArchitectureAndBuild) {
+  using V = std::vector<std::string>;
+  const GpuCapabilities none = gpu_capabilities(false, 9, true);
+  EXPECT_TRUE(none.activations.empty() && none.input_formats.empty() && none.precisions.empty() && none.paths.empty());
+  for (const auto& [sm, sm90a, precisions, paths] : std::vector<std::tuple<int, bool, V, V>>{
+           {8, false, {"exact"}, {"decode"}},
+           {9, true, {"exact", "fp8"}, {"decode", "prefill"}},
+           {9, false, {"exact"}, {"decode"}},  // a build without sm_90a (e.g. sm_90 only)
+           {12, true, {"exact"}, {"decode"}},  // RTX Blackwell: no wgmma, no FP8 mode
+       }) {
+    SCOPED_TRACE("sm " + std::to_string(sm) + (sm90a ? " with" : " without") + " sm_90a kernels");
+    const GpuCapabilities c = gpu_capabilities(true, sm, sm90a);
+    EXPECT_EQ(c.activations, (V{"situ", "swiglu", "silu"}));
+    EXPECT_EQ(c.input_formats, (V{"bf16", "mxfp8"}));
+    EXPECT_EQ(c.intermediate_formats, (V{"bf16", "mxfp8"}));
+    EXPECT_EQ(c.output_formats, (V{"bf16", "fp32"}));
+    EXPECT_EQ(c.precisions, precisions);
+    EXPECT_EQ(c.paths, paths);
+  }
 }
 
 TEST(ConfigDescribe, MentionsShapesEpAndActivation) {
