@@ -24,6 +24,8 @@ line() { grep -E "$1" "$2" | tr '\n' ' '; }
 if [ "${PART:-1}" = 1 ]; then
   nvidia-smi -q -d POWER,CLOCK,PERFORMANCE > $L/smi_q.txt 2>&1
   echo "$(line 'Current Power Limit|Default Power Limit|Max Power Limit' $L/smi_q.txt | tr -s ' ')" >> $S
+  # The capability query on the H200 (session 42: per-GPU precisions and paths).
+  h/mxmoe info > $L/info.txt 2>&1; echo "h info rc=$? $(grep -E '^\s+\[0\]' $L/info.txt)" >> $S
   timeout 80 h/test_engine --gtest_filter=-Gemm1Act.* > $L/te.txt 2>&1; echo "h test_engine (-Gemm1Act.*) rc=$? $(line '^\[  (PASSED|FAILED)' $L/te.txt)" >> $S
   timeout 60 h/test_suite_cuda > $L/suite.txt 2>&1; echo "h test_suite_cuda rc=$? $(line '^\[  (PASSED|FAILED)' $L/suite.txt)" >> $S
   timeout 30 h/test_error_flags > $L/flags.txt 2>&1; echo "h test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags.txt)" >> $S
