@@ -269,7 +269,15 @@ def route(router_logits: ArrayLike, correction_bias: Optional[ArrayLike] = None,
     params = params or RoutingParams()
     logits = _host(router_logits, "router_logits", np.float32)
     bias = None if correction_bias is None else _host(correction_bias, "correction_bias", np.float32)
-    return _C.route(logits, bias, params)
+    try:
+        return _C.route(logits, bias, params)
+    except InvalidArgument as e:
+        if getattr(e, "argument", None) != "bias":
+            raise
+        # The C++ check names its own parameter; name this function's (SPEC §9).
+        err = InvalidArgument("correction_bias" + str(e)[len("bias"):])
+        err.argument = "correction_bias"
+        raise err from None
 
 
 # ----------------------------------------------------------------------------- workspace

@@ -250,6 +250,15 @@ def test_intermediate_format_follows_the_input_unless_given():
         small_config(intermediate_format="fp4")
 
 
+def test_route_names_correction_bias_when_it_is_wrong():
+    logits = np.zeros((2, 8), np.float32)
+    for bias, params, why in ((np.full(8, np.nan, np.float32), mxmoe.RoutingParams("sigmoid", 2), "not finite"),
+                              (np.zeros(8, np.float32), mxmoe.RoutingParams("softmax", 2), "sigmoid router only")):
+        with pytest.raises(ValueError, match=f"^correction_bias: .*{why}") as e:
+            mxmoe.route(logits, bias, params)
+        assert e.value.argument == "correction_bias"
+
+
 def test_precision_defaults_to_exact_and_fp8_is_opt_in():
     assert small_config().precision == "exact"
     assert small_config(precision="fp8").precision == "fp8"

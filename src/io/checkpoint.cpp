@@ -67,7 +67,7 @@ class TensorSet {
   const uint8_t* expect(const std::string& name, StDType dtype, const std::vector<int64_t>& shape) const {
     return file_of(name).expect(name, dtype, shape);
   }
-  /// Every tensor name (a sharded checkpoint's from its index, in the index's order).
+  /// Every tensor name (a single file's in its order; a sharded checkpoint's from its index, sorted).
   const std::vector<std::string>& names() const { return names_; }
   /// The __metadata__ of the file that holds `name`.
   const std::map<std::string, std::string>& metadata_of(const std::string& name) const {
