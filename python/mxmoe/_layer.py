@@ -115,9 +115,15 @@ def supports(config: Union[MoeConfig, Mapping[str, Any]], backend: str = "auto",
     if backend not in ("cuda", "auto"):
         return False, f"backend: unknown backend {backend!r} (expected auto, cpu, reference or cuda)"
     caps = _C.capabilities()
+
+    def on_cpu(why: str) -> Tuple[bool, str]:  # "auto" without a GPU for it: the CPU engine, if it can
+        if cfg.precision == "fp8":
+            return False, f"precision: {_CPU_FP8} ({why})"
+        return True, f"cpu: {why}"
+
     if not caps["cuda_built"]:
         why = "this build of mxmoe has no CUDA engine (nvcc was absent when it was built); use backend 'cpu'"
-        return (True, f"cpu: {why}") if backend == "auto" else (False, f"cuda: {why}")
+        return on_cpu(why) if backend == "auto" else (False, f"cuda: {why}")
     devs = caps["devices"]
     if device is not None:
         devs = [d for d in devs if d["index"] == device]
@@ -140,7 +146,7 @@ def supports(config: Union[MoeConfig, Mapping[str, Any]], backend: str = "auto",
     notes = "; ".join(lacking + [f"cuda:{d['index']} {d['name']}: {d['note']}" for d in devs if not d["supported"]])
     notes = notes or "no CUDA device visible"
     if backend == "auto":
-        return True, f"cpu: no supported GPU ({notes})"
+        return on_cpu(f"no supported GPU ({notes})")
     return False, f"cuda: no supported GPU ({notes}); use backend 'cpu'"
 
 

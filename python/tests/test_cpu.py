@@ -40,6 +40,8 @@ def test_supports_cuda_checks_each_field_against_the_gpus_capabilities(monkeypat
     ok, why = mxmoe.supports(small_config(precision="fp8"), backend="cuda")
     assert not ok and "precision fp8" in why and "cuda:0" in why
     assert mxmoe.supports(small_config(), backend="cuda")[0]
+    ok, why = mxmoe.supports(small_config(precision="fp8"), backend="auto")
+    assert not ok and "precision" in why  # nor on the CPU engine
     fake["devices"].append(device(1, "90", ["exact", "fp8"]))
     ok, why = mxmoe.supports(small_config(precision="fp8"), backend="cuda")
     assert ok and why.startswith("cuda:1")
@@ -272,6 +274,9 @@ def test_fp8_precision_on_the_cpu_engine_is_refused_naming_the_alternative():
     assert "cuda" in str(e.value)
     ok, why = mxmoe.supports(cfg, backend="cpu")
     assert not ok and why.startswith("precision:")
+    if not any("fp8" in d["precisions"] for d in mxmoe.capabilities()["devices"]):
+        ok, why = mxmoe.supports(cfg, backend="auto")  # no GPU here runs it, and the CPU does not
+        assert not ok and why.startswith("precision:"), why
     # The reference is the oracle for either precision; the exact CPU engine still runs.
     mxmoe.Layer(cfg, w, device="cpu", backend="reference")
     assert mxmoe.supports(small_config(), backend="cpu")[0]
