@@ -15,6 +15,7 @@
 #   digit), validate --suite all on h, ncu of the FP8 forward's kernels (a, h),
 #   synccheck, and the decode sizes (a, h, with their own PyTorch baseline: issue 4's
 #   figures, last measured in session 38).
+# Variants not carried (docs/pending/README.md: the carry limit) are skipped.
 # Logs under $OUT/l; the summary in $OUT/summary.txt (print it last).
 R=$PWD; cd "$(dirname "$0")"; tar xf bin.tar.xz; L=$OUT/l; mkdir -p $L; S=$OUT/summary.txt; T0=$SECONDS
 summ() { python3 -c "
@@ -27,7 +28,8 @@ if [ "${PART:-1}" = 1 ]; then
   # The capability query on the H200 (session 42: per-GPU precisions and paths).
   h/mxmoe info > $L/info.txt 2>&1; echo "h info rc=$? $(grep -E '^\s+\[0\]' $L/info.txt)" >> $S
   timeout 80 h/test_engine --gtest_filter=-Gemm1Act.* > $L/te.txt 2>&1; echo "h test_engine (-Gemm1Act.*) rc=$? $(line '^\[  (PASSED|FAILED)' $L/te.txt)" >> $S
-  timeout 60 h/test_suite_cuda > $L/suite.txt 2>&1; echo "h test_suite_cuda rc=$? $(line '^\[  (PASSED|FAILED)' $L/suite.txt)" >> $S
+  if [ -x h/test_suite_cuda ]; then timeout 60 h/test_suite_cuda > $L/suite.txt 2>&1; echo "h test_suite_cuda rc=$? $(line '^\[  (PASSED|FAILED)' $L/suite.txt)" >> $S
+  else echo "h test_suite_cuda: not carried; validate --suite all (PART=2) runs its cases" >> $S; fi
   timeout 30 h/test_error_flags > $L/flags.txt 2>&1; echo "h test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags.txt)" >> $S
   timeout 120 compute-sanitizer --tool memcheck h/test_engine --gtest_filter='Permute.*:Fp8Mode.Stage*:Fp8Mode.Tails*:Fp8Mode.LayerWithin*:Layer.OutOfRange*:Finalize.*' > $L/mc.txt 2>&1; echo "h memcheck rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/mc.txt)" >> $S
   echo "tests done $((SECONDS - T0)) s" >> $S
@@ -37,7 +39,7 @@ if [ "${PART:-1}" = 1 ]; then
   SMI=$!
   timeout 120 python3 $R/bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 20 --json $L/T.json > $L/T.txt 2>&1; echo "torch rc=$? $(head -c 200 $L/T.json)" >> $S
   for r in 1 2; do
-    for b in a b c d e f g h; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
+    for b in a b c d e f g h; do [ -x $b/mxmoe ] || continue; timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json --json $L/${b}_f8_$r.json > $L/${b}_f8_$r.txt 2>&1; echo "$b fp8 r$r rc=$? $(summ $L/${b}_f8_$r.json)" >> $S; done
     for b in a h; do timeout 60 $b/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision exact --baseline $L/T.json --json $L/${b}_ex_$r.json > $L/${b}_ex_$r.txt 2>&1; echo "$b exact r$r rc=$? $(summ $L/${b}_ex_$r.json)" >> $S; done
   done
   kill $SMI
