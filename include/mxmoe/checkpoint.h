@@ -48,6 +48,10 @@ struct LoadedLayer {
 /// Throws FormatError (missing tensor, wrong dtype/shape, a broken index or shard) or
 /// InvalidArgument (options).
 LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options);
+/// The tensor names of the checkpoint at `path` (a file, or a sharded checkpoint's index or
+/// folder, as load_checkpoint takes it), read from its header or index alone. Throws
+/// FormatError as load_checkpoint does for a broken file or index.
+std::vector<std::string> checkpoint_tensor_names(const std::string& path);
 
 /// Synthetic checkpoint spec; metadata records every field so the BF16 originals (and
 /// so the ideal output) can be regenerated from the file alone.

@@ -170,6 +170,11 @@ def load_checkpoint(path: str, *, layer: int = 0, prefix: str = '', ep_size: int
     Load this EP rank's routed experts (kernel layout) from a Kimi-K3 or GPT-OSS safetensors file.
     """
 
+def checkpoint_tensor_names(path: str) -> list:
+    """
+    Tensor names of a checkpoint (a safetensors file, or a sharded checkpoint's index or folder).
+    """
+
 def safetensors_tensors(path: str) -> tuple:
     """
     ([(name, dtype, shape)], metadata) of a safetensors file (bounds-checked reader).

@@ -233,20 +233,9 @@ def checkpoint_layers(path: str) -> list:
     """Layer indices that hold routed experts under the default prefix
     ("model.layers.<i>.mlp.experts..."), of a safetensors file or of a sharded checkpoint
     (its index ``model.safetensors.index.json`` or the folder holding it)."""
-    import json
-    import os
     import re
 
-    path = str(path)
-    if os.path.isdir(path) or path.endswith(".json"):
-        index = os.path.join(path, "model.safetensors.index.json") if os.path.isdir(path) else path
-        try:
-            with open(index, encoding="utf-8") as f:
-                names = list(json.load(f)["weight_map"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise _C.FormatError(f"{index}: not a readable sharded-checkpoint index ({e})") from None
-    else:
-        names = [n for n, _, _ in _C.safetensors_tensors(path)[0]]
+    names = _C.checkpoint_tensor_names(str(path))  # the loader's own reading of the file or index
     pat = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.")
     return sorted({int(m.group(1)) for n in names if (m := pat.match(n))})
 

@@ -659,6 +659,9 @@ NB_MODULE(_C, m) {
       "Load this EP rank's routed experts (kernel layout) from a Kimi-K3 or GPT-OSS safetensors file, "
       "or from a sharded checkpoint's index (model.safetensors.index.json) or its folder.");
 
+  m.def("checkpoint_tensor_names", &checkpoint_tensor_names, "path"_a,
+        "Tensor names of a checkpoint (a safetensors file, or a sharded checkpoint's index or folder).");
+
   m.def(
       "safetensors_tensors",
       [](const std::string& path) {

@@ -460,6 +460,8 @@ CheckpointFormat parse_checkpoint_format(const std::string& s) {
   throw InvalidArgument("format", cat("'", s, "' is not a checkpoint format (kimi | gpt-oss)"));
 }
 
+std::vector<std::string> checkpoint_tensor_names(const std::string& path) { return TensorSet::open(path).names(); }
+
 LoadedLayer load_checkpoint(const std::string& path, const LoadOptions& options) {
   MXMOE_CHECK_ARG(options.layer >= 0, "layer", options.layer, " must be >= 0");
   MXMOE_CHECK_ARG(options.ep_size >= 1, "ep_size", options.ep_size, " must be >= 1");
