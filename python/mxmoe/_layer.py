@@ -43,6 +43,39 @@ def _host(a: ArrayLike, name: str, dtype: Optional[np.dtype] = None) -> np.ndarr
     return arr
 
 
+def _cuda_operands(x, topk_ids, topk_weights, router_logits):
+    """The CUDA forward's torch operands in the dtypes its kernels read, converted on the
+    device without a host sync (so under CUDA-graph capture too), refusing what a
+    conversion would silently change (SPEC §9):
+    - x: BF16 (or its bits as int16 / uint16) and MXFP8 codes (uint8, float8_e4m3fn, int8)
+      as they are, as the CPU path takes them; another floating dtype rounded to BF16, as
+      the CPU path rounds float32 (an engine's cast); anything else refused.
+    - topk_ids: int32 as it is; int64 (torch.topk's) saturated into int32, so that an id
+      past int32's range stays out of range (skipped and flagged by the kernels) instead of
+      wrapping onto a valid expert; anything else refused.
+    - topk_weights, router_logits: a floating dtype, as float32; anything else refused."""
+    import torch
+
+    as_is = (torch.bfloat16, torch.int16, torch.uint8, torch.int8, torch.float8_e4m3fn)
+    if x.dtype not in as_is and getattr(torch, "uint16", None) != x.dtype:
+        if not x.dtype.is_floating_point:
+            raise InvalidArgument(f"x: has dtype {x.dtype}, expected bfloat16 (or another floating dtype, "
+                                  "rounded to bfloat16) or MXFP8 codes (uint8 / float8_e4m3fn / int8)")
+        x = x.to(torch.bfloat16)
+    if topk_ids is not None and topk_ids.dtype != torch.int32:
+        if topk_ids.dtype != torch.int64:
+            raise InvalidArgument(f"topk_ids: has dtype {topk_ids.dtype}, expected int32 or int64")
+        topk_ids = topk_ids.clamp(-(2**31), 2**31 - 1).to(torch.int32)
+    for name, t in (("topk_weights", topk_weights), ("router_logits", router_logits)):
+        if t is not None and not t.dtype.is_floating_point:
+            raise InvalidArgument(f"{name}: has dtype {t.dtype}, expected a floating dtype (read as float32)")
+    if topk_weights is not None and topk_weights.dtype != torch.float32:
+        topk_weights = topk_weights.float()
+    if router_logits is not None and router_logits.dtype != torch.float32:
+        router_logits = router_logits.float()
+    return x, topk_ids, topk_weights, router_logits
+
+
 def _pair(p: Any, name: str) -> Tuple[Any, Any]:
     if isinstance(p, Mapping):
         try:
@@ -381,8 +414,10 @@ class Layer:
     ):
         """y[M,K] = sum_k w_k * expert_k(x). Either (topk_ids, topk_weights) or router_logits.
 
-        x: bf16 [M,K] (CPU also: float32, rounded to BF16, or uint16 BF16 bits; MXFP8 codes
-        uint8/float8_e4m3fn with x_scale [M,K/32]). topk_ids: global ids, -1 = none.
+        x: bf16 [M,K] (also: another floating dtype, rounded to BF16, or BF16 bits as
+        uint16/int16; MXFP8 codes uint8/float8_e4m3fn/int8 with x_scale [M,K/32]).
+        topk_ids: int32 or int64 global ids, -1 = none (on the GPU an int64 id past int32's
+        range stays out of range: skipped and flagged). topk_weights: floating, as float32.
         Returns: a torch tensor for torch input (bf16 or fp32 by config.output_format), a
         float32 NumPy array for NumPy input (BF16 values, widened exactly), or `out`."""
         if self._cuda is not None:
@@ -475,15 +510,7 @@ class Layer:
             raise InvalidArgument(f"x: expected a CUDA tensor on {self.device}, got {type(x).__name__}"
                                   + (f" on {x.device}" if _is_torch(x) else ""))
         tokens = x.shape[0]
-        if x.dtype not in (torch.bfloat16, torch.uint8, torch.float8_e4m3fn):
-            x = x.to(torch.bfloat16)
-        x = x.detach().contiguous()
-        if topk_ids is not None and topk_ids.dtype != torch.int32:
-            topk_ids = topk_ids.to(torch.int32)  # torch.topk gives int64; the kernels read int32
-        if topk_weights is not None and topk_weights.dtype != torch.float32:
-            topk_weights = topk_weights.float()
-        if router_logits is not None and router_logits.dtype != torch.float32:
-            router_logits = router_logits.float()
+        x, topk_ids, topk_weights, router_logits = _cuda_operands(x, topk_ids, topk_weights, router_logits)
         det = lambda t: None if t is None else t.detach().contiguous()  # noqa: E731
         if out is None:
             dt = torch.bfloat16 if self.config.output_format == "bf16" else torch.float32

@@ -9,6 +9,7 @@ import mxmoe
 from conftest import SEED, assert_close, cuda_or_skip, random_routing, random_x, reference, small_config
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+from mxmoe import _layer  # noqa: E402
 from mxmoe.torch_ops import register_layer  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -25,6 +26,63 @@ def _inputs(rng, cfg, tokens, minus_one=0.0):
     x = random_x(rng, tokens, cfg.hidden)
     ids, wt = random_routing(rng, tokens, cfg.num_experts, cfg.top_k, minus_one)
     return x, ids, wt
+
+
+# ------------------------------------------------------------------ CUDA operand conversions
+# mxmoe._layer._cuda_operands, on CPU tensors (device-agnostic torch ops, so checked
+# without a GPU). What they must not do is change an input silently (SPEC §9): an int64
+# expert id wrapped into int32 could land on a valid expert, and MXFP8 codes or BF16 bits
+# cast as values would be other numbers.
+
+def test_int64_ids_saturate_into_int32_instead_of_wrapping():
+    ids = torch.tensor([[2**32 + 3, -(2**33) + 5, 5, -1, 2**31 - 1]], dtype=torch.int64)
+    _, out, _, _ = _layer._cuda_operands(torch.zeros(1, 8, dtype=torch.bfloat16), ids, torch.ones(1, 5), None)
+    assert out.dtype == torch.int32
+    # 2^32 + 3 wrapped would be 3, a valid expert; saturated it stays out of range.
+    assert out.tolist() == [[2**31 - 1, -(2**31), 5, -1, 2**31 - 1]]
+
+
+def test_int32_ids_and_float32_weights_pass_through_unchanged():
+    ids = torch.tensor([[0, 7]], dtype=torch.int32)
+    w = torch.tensor([[0.25, 0.75]], dtype=torch.float32)
+    x = torch.ones(1, 8, dtype=torch.bfloat16)
+    x2, ids2, w2, _ = _layer._cuda_operands(x, ids, w, None)
+    assert x2 is x and ids2 is ids and w2 is w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.uint8, torch.bool])
+def test_ids_of_another_dtype_are_refused(dtype):
+    x = torch.zeros(1, 8, dtype=torch.bfloat16)
+    ids = torch.zeros(1, 2).to(dtype)
+    with pytest.raises(mxmoe.InvalidArgument, match="topk_ids: has dtype"):
+        _layer._cuda_operands(x, ids, torch.ones(1, 2), None)
+
+
+def test_codes_and_bf16_bits_are_not_cast_as_values():
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.float8_e4m3fn):
+        x = torch.zeros(2, 8, dtype=dtype)
+        assert _layer._cuda_operands(x, None, None, None)[0] is x
+
+
+def test_other_floating_x_rounds_to_bf16_and_integers_are_refused():
+    x = torch.tensor([[1.0 + 2**-10, 3.0]], dtype=torch.float32)
+    out = _layer._cuda_operands(x, None, None, None)[0]
+    assert out.dtype == torch.bfloat16 and out.float().tolist() == [[1.0, 3.0]]
+    with pytest.raises(mxmoe.InvalidArgument, match="x: has dtype"):
+        _layer._cuda_operands(torch.zeros(1, 8, dtype=torch.int32), None, None, None)
+
+
+def test_weights_and_logits_must_be_floating():
+    x = torch.zeros(1, 8, dtype=torch.bfloat16)
+    ids = torch.zeros(1, 2, dtype=torch.int32)
+    _, _, w, _ = _layer._cuda_operands(x, ids, torch.ones(1, 2, dtype=torch.float64), None)
+    assert w.dtype == torch.float32
+    _, _, _, logits = _layer._cuda_operands(x, None, None, torch.ones(1, 4, dtype=torch.bfloat16))
+    assert logits.dtype == torch.float32
+    with pytest.raises(mxmoe.InvalidArgument, match="topk_weights: has dtype"):
+        _layer._cuda_operands(x, ids, torch.ones(1, 2, dtype=torch.int32), None)
+    with pytest.raises(mxmoe.InvalidArgument, match="router_logits: has dtype"):
+        _layer._cuda_operands(x, None, None, torch.ones(1, 4, dtype=torch.int64))
 
 
 # ------------------------------------------------------------------ CPU tensors
