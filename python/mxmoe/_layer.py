@@ -43,25 +43,35 @@ def _host(a: ArrayLike, name: str, dtype: Optional[np.dtype] = None) -> np.ndarr
     return arr
 
 
+def _torch_x(x, wide):
+    """A torch x as the bindings take it: BF16, BF16 bits (int16 / uint16), MXFP8 codes
+    (uint8, float8_e4m3fn, int8) and `wide` as they are; another floating dtype converted
+    to `wide` (bfloat16 for the GPU, float32 for the CPU, whose C++ side rounds it to BF16);
+    anything else refused (cast, codes or bits would be taken as other numbers)."""
+    import torch
+
+    as_is = (torch.bfloat16, torch.int16, torch.uint8, torch.int8, torch.float8_e4m3fn, wide)
+    if x.dtype in as_is or getattr(torch, "uint16", None) == x.dtype:
+        return x
+    if not x.dtype.is_floating_point:
+        raise InvalidArgument(f"x: has dtype {x.dtype}, expected bfloat16 (or another floating dtype, "
+                              "rounded to bfloat16), BF16 bits (int16 / uint16) or MXFP8 codes "
+                              "(uint8 / float8_e4m3fn / int8)")
+    return x.to(wide)
+
+
 def _cuda_operands(x, topk_ids, topk_weights, router_logits):
     """The CUDA forward's torch operands in the dtypes its kernels read, converted on the
     device without a host sync (so under CUDA-graph capture too), refusing what a
     conversion would silently change (SPEC §9):
-    - x: BF16 (or its bits as int16 / uint16) and MXFP8 codes (uint8, float8_e4m3fn, int8)
-      as they are, as the CPU path takes them; another floating dtype rounded to BF16, as
-      the CPU path rounds float32 (an engine's cast); anything else refused.
+    - x: _torch_x (another floating dtype rounded to BF16, as the CPU path rounds float32).
     - topk_ids: int32 as it is; int64 (torch.topk's) saturated into int32, so that an id
       past int32's range stays out of range (skipped and flagged by the kernels) instead of
       wrapping onto a valid expert; anything else refused.
     - topk_weights, router_logits: a floating dtype, as float32; anything else refused."""
     import torch
 
-    as_is = (torch.bfloat16, torch.int16, torch.uint8, torch.int8, torch.float8_e4m3fn)
-    if x.dtype not in as_is and getattr(torch, "uint16", None) != x.dtype:
-        if not x.dtype.is_floating_point:
-            raise InvalidArgument(f"x: has dtype {x.dtype}, expected bfloat16 (or another floating dtype, "
-                                  "rounded to bfloat16) or MXFP8 codes (uint8 / float8_e4m3fn / int8)")
-        x = x.to(torch.bfloat16)
+    x = _torch_x(x, torch.bfloat16)
     if topk_ids is not None and topk_ids.dtype != torch.int32:
         if topk_ids.dtype != torch.int64:
             raise InvalidArgument(f"topk_ids: has dtype {topk_ids.dtype}, expected int32 or int64")
@@ -443,8 +453,7 @@ class Layer:
             import torch
 
             xs = x.detach()
-            if xs.dtype not in (torch.bfloat16, torch.float32, torch.uint8, torch.float8_e4m3fn):
-                xs = xs.float()
+            xs = _torch_x(xs, torch.float32)  # the C++ side rounds float32 to BF16
         ids = topk_ids.detach() if _is_torch(topk_ids) else topk_ids
         wts = topk_weights.detach().float() if _is_torch(topk_weights) else np.asarray(topk_weights, dtype=np.float32)
         xsc = x_scale.detach() if _is_torch(x_scale) else x_scale
@@ -477,8 +486,7 @@ class Layer:
             import torch
 
             xs = x.detach().cpu()
-            if xs.dtype not in (torch.bfloat16, torch.float32, torch.uint8, torch.float8_e4m3fn):
-                xs = xs.float()
+            xs = _torch_x(xs, torch.float32)  # the C++ side rounds float32 to BF16
         xsc = None if x_scale is None else h(x_scale)
         ids = _host(topk_ids, "topk_ids")
         wts = _host(topk_weights, "topk_weights", np.float32)

@@ -100,6 +100,18 @@ def test_op_on_cpu_tensors_matches_numpy_path(rng):
     np.testing.assert_array_equal(y.float().numpy(), L.forward(xt.float().numpy(), ids, wt))
 
 
+def test_cpu_layer_takes_bf16_bits_as_bits_and_refuses_integer_values(rng):
+    # int16 holds BF16 bits for the bindings; cast as values it would be other numbers.
+    cfg = small_config()
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED))
+    x, ids, wt = _inputs(rng, cfg, 3)
+    xb = torch.from_numpy(x).to(torch.bfloat16)
+    y = L.forward(xb, torch.from_numpy(ids), torch.from_numpy(wt))
+    assert torch.equal(L.forward(xb.view(torch.int16), torch.from_numpy(ids), torch.from_numpy(wt)), y)
+    with pytest.raises(mxmoe.InvalidArgument, match="x: has dtype"):
+        L.forward(torch.zeros(3, cfg.hidden, dtype=torch.int32), torch.from_numpy(ids), torch.from_numpy(wt))
+
+
 def test_fake_impl_gives_shape_and_dtype_without_running():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
