@@ -385,9 +385,19 @@ Activations Activations::to_mxfp8(ScaleRule rule) const {
   return q;
 }
 
+// The element accessors check their indices and the buffers they read (a public API may
+// be handed an index or a struct it does not expect; never an out-of-bounds read).
 double Activations::value(int64_t t, int64_t k) const {
+  MXMOE_CHECK_ARG(t >= 0 && t < tokens && k >= 0 && k < hidden, "(t, k)", "(", t, ", ", k,
+                  ") is outside the activations' ", tokens, " x ", hidden);
   const size_t i = static_cast<size_t>(t * hidden + k);
-  if (format == InputFormat::BF16) return static_cast<double>(fmt::bf16_to_float(bf16[i]));
+  if (format == InputFormat::BF16) {
+    MXMOE_CHECK_ARG(i < bf16.size(), "x.bf16", "holds ", bf16.size(), " values, too few for ", tokens, " x ",
+                    hidden);
+    return static_cast<double>(fmt::bf16_to_float(bf16[i]));
+  }
+  MXMOE_CHECK_ARG(i < fp8.size() && i / kMxBlock < scale.size(), "x.fp8", "holds ", fp8.size(),
+                  " codes and ", scale.size(), " scales, too few for ", tokens, " x ", hidden);
   return fmt::dequant_e4m3(fp8[i], scale[i / kMxBlock]);
 }
 
@@ -414,7 +424,12 @@ void Routing::validate(const MoeConfig& cfg) const {
 // ---------------------------------------------------------------- output
 
 float Output::value(int64_t t, int64_t k) const {
+  MXMOE_CHECK_ARG(t >= 0 && t < tokens && k >= 0 && k < hidden, "(t, k)", "(", t, ", ", k,
+                  ") is outside the output's ", tokens, " x ", hidden);
   const size_t i = static_cast<size_t>(t * hidden + k);
+  const size_t held = format == OutputFormat::BF16 ? bf16.size() : fp32.size();
+  MXMOE_CHECK_ARG(i < held, format == OutputFormat::BF16 ? "out.bf16" : "out.fp32", "holds ", held,
+                  " values, too few for ", tokens, " x ", hidden);
   return format == OutputFormat::BF16 ? fmt::bf16_to_float(bf16[i]) : fp32[i];
 }
 

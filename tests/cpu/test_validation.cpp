@@ -698,4 +698,28 @@ TEST(OutputValue, ReadsBf16OrFp32) {
   EXPECT_EQ(o.value(0, 0), 0.1f);
 }
 
+TEST(ElementAccessors, RefuseIndicesOutsideAndBuffersTooShort) {
+  Output o;
+  o.tokens = 1;
+  o.hidden = 2;
+  o.bf16 = {0, 0};
+  EXPECT_EQ(rejected_argument([&] { o.value(1, 0); }), "(t, k)");
+  EXPECT_EQ(rejected_argument([&] { o.value(0, 2); }), "(t, k)");
+  EXPECT_EQ(rejected_argument([&] { o.value(-1, 0); }), "(t, k)");
+  o.format = OutputFormat::FP32;  // fp32 left empty
+  EXPECT_EQ(rejected_argument([&] { o.value(0, 1); }), "out.fp32");
+  Activations a;
+  a.tokens = 2;
+  a.hidden = 32;
+  a.bf16.assign(40, 0);  // fewer than 2 x 32
+  EXPECT_EQ(rejected_argument([&] { a.value(0, 31); }), "");
+  EXPECT_EQ(rejected_argument([&] { a.value(1, 31); }), "x.bf16");
+  EXPECT_EQ(rejected_argument([&] { a.value(0, 32); }), "(t, k)");
+  a.format = InputFormat::MXFP8;
+  a.fp8.assign(64, 0);
+  a.scale.assign(1, 127);  // one scale: row 1's block is missing
+  EXPECT_EQ(rejected_argument([&] { a.value(0, 5); }), "");
+  EXPECT_EQ(rejected_argument([&] { a.value(1, 5); }), "x.fp8");
+}
+
 }  // namespace
