@@ -76,14 +76,15 @@ def _cuda_operands(x, topk_ids, topk_weights, router_logits):
         if topk_ids.dtype != torch.int64:
             raise InvalidArgument(f"topk_ids: has dtype {topk_ids.dtype}, expected int32 or int64")
         topk_ids = topk_ids.clamp(-(2**31), 2**31 - 1).to(torch.int32)
-    for name, t in (("topk_weights", topk_weights), ("router_logits", router_logits)):
-        if t is not None and not t.dtype.is_floating_point:
+
+    def as_float32(t, name):
+        if t is None or t.dtype == torch.float32:
+            return t
+        if not t.dtype.is_floating_point:
             raise InvalidArgument(f"{name}: has dtype {t.dtype}, expected a floating dtype (read as float32)")
-    if topk_weights is not None and topk_weights.dtype != torch.float32:
-        topk_weights = topk_weights.float()
-    if router_logits is not None and router_logits.dtype != torch.float32:
-        router_logits = router_logits.float()
-    return x, topk_ids, topk_weights, router_logits
+        return t.float()
+
+    return x, topk_ids, as_float32(topk_weights, "topk_weights"), as_float32(router_logits, "router_logits")
 
 
 def _pair(p: Any, name: str) -> Tuple[Any, Any]:
