@@ -37,10 +37,25 @@ def _host(a: ArrayLike, name: str, dtype: Optional[np.dtype] = None) -> np.ndarr
         a = t.cpu().contiguous().numpy()
     arr = np.ascontiguousarray(np.asarray(a))
     if dtype is not None and arr.dtype != dtype:
-        if np.dtype(dtype) == np.uint8 and arr.dtype != np.uint8:
+        if np.dtype(dtype) == np.uint8:
             raise InvalidArgument(f"{name}: has dtype {arr.dtype}, expected uint8 (packed MXFP4 / E8M0 bytes)")
+        if np.dtype(dtype).kind == "f" and arr.dtype.kind != "f":
+            raise InvalidArgument(f"{name}: has dtype {arr.dtype}, expected a floating dtype (read as {np.dtype(dtype)})")
         arr = arr.astype(dtype)
     return arr
+
+
+def _float32_tensor(t, name):
+    """A torch operand read as float32 (topk_weights, router_logits): a floating dtype,
+    converted on the tensor's device; anything else refused, on the CPU and the GPU path
+    alike (integer weights are most often ids passed in the weights' place)."""
+    import torch
+
+    if t is None or t.dtype == torch.float32:
+        return t
+    if not t.dtype.is_floating_point:
+        raise InvalidArgument(f"{name}: has dtype {t.dtype}, expected a floating dtype (read as float32)")
+    return t.float()
 
 
 def _torch_x(x, wide):
@@ -76,15 +91,7 @@ def _cuda_operands(x, topk_ids, topk_weights, router_logits):
         if topk_ids.dtype != torch.int64:
             raise InvalidArgument(f"topk_ids: has dtype {topk_ids.dtype}, expected int32 or int64")
         topk_ids = topk_ids.clamp(-(2**31), 2**31 - 1).to(torch.int32)
-
-    def as_float32(t, name):
-        if t is None or t.dtype == torch.float32:
-            return t
-        if not t.dtype.is_floating_point:
-            raise InvalidArgument(f"{name}: has dtype {t.dtype}, expected a floating dtype (read as float32)")
-        return t.float()
-
-    return x, topk_ids, as_float32(topk_weights, "topk_weights"), as_float32(router_logits, "router_logits")
+    return x, topk_ids, _float32_tensor(topk_weights, "topk_weights"), _float32_tensor(router_logits, "router_logits")
 
 
 def _pair(p: Any, name: str) -> Tuple[Any, Any]:
@@ -456,7 +463,8 @@ class Layer:
             xs = x.detach()
             xs = _torch_x(xs, torch.float32)  # the C++ side rounds float32 to BF16
         ids = topk_ids.detach() if _is_torch(topk_ids) else topk_ids
-        wts = topk_weights.detach().float() if _is_torch(topk_weights) else np.asarray(topk_weights, dtype=np.float32)
+        wts = (_float32_tensor(topk_weights.detach(), "topk_weights") if _is_torch(topk_weights)
+               else _host(topk_weights, "topk_weights", np.float32))
         xsc = x_scale.detach() if _is_torch(x_scale) else x_scale
         if out is not None:
             _C.forward_cpu(self.config, self.weights, xs, ids, wts, x_scale=xsc, out=out,

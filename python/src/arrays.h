@@ -74,6 +74,20 @@ inline std::string device_name(const Array& a) {
   return "device type " + std::to_string(a.device_type());
 }
 
+/// Row-major and dense, as the kernels index with plain row strides. A dim of extent 1
+/// may have any stride, and an empty array is dense whatever its strides (exporters give
+/// empty arrays zero or arbitrary strides; no element is read through them).
+inline void check_c_contiguous(const Array& a, const char* name) {
+  if (a.size() == 0 || a.stride_ptr() == nullptr) return;
+  int64_t expect = 1;
+  for (size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1)
+      MXMOE_CHECK_ARG(a.stride(d) == expect, name, "is not C-contiguous (stride ", a.stride(d),
+                      " in dim ", d, ", expected ", expect, "); pass a contiguous copy");
+    expect *= (int64_t)a.shape(d);
+  }
+}
+
 /// Check device, dtype, rank, shape (-1 = any) and C-contiguity of `a`.
 inline void check(const Array& a, const char* name, Dev dev, std::initializer_list<DType> dtypes,
                   std::initializer_list<int64_t> shape, int cuda_device = -1) {
@@ -100,14 +114,7 @@ inline void check(const Array& a, const char* name, Dev dev, std::initializer_li
                     ": dim ", i, " is ", a.shape(i), ", expected ", want);
     ++i;
   }
-  // Row-major and dense: the kernels index with plain row strides.
-  int64_t expect = 1;
-  for (size_t d = a.ndim(); d-- > 0;) {
-    if (a.shape(d) != 1 && a.stride_ptr() != nullptr)
-      MXMOE_CHECK_ARG(a.stride(d) == expect, name, "is not C-contiguous (stride ", a.stride(d),
-                      " in dim ", d, ", expected ", expect, "); pass a contiguous copy");
-    expect *= (int64_t)a.shape(d);
-  }
+  check_c_contiguous(a, name);
 }
 
 inline const void* ptr(const Array& a) {

@@ -753,11 +753,7 @@ NB_MODULE(_C, m) {
                         dtype_name(a), " on ", device_name(a), ", expected a float32 CPU array");
         std::vector<size_t> shape(a.ndim());
         for (size_t i = 0; i < a.ndim(); ++i) shape[i] = a.shape(i);
-        int64_t expect = 1;
-        for (size_t d = a.ndim(); d-- > 0;) {
-          MXMOE_CHECK_ARG(a.shape(d) == 1 || a.stride(d) == expect, "a", "is not C-contiguous");
-          expect *= (int64_t)a.shape(d);
-        }
+        check_c_contiguous(a, "a");
         const float* p = static_cast<const float*>(ptr(a));
         std::vector<uint16_t> b(a.size());
         for (size_t i = 0; i < b.size(); ++i) b[i] = float_to_bf16(p[i]);

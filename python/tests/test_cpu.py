@@ -79,6 +79,28 @@ def test_cpu_backend_matches_reference(rng, activation, fmt, bound, tokens):
     assert_close(out, ref, bound)
 
 
+def test_an_empty_batch_is_a_valid_forward():
+    # A serving engine calls the layer with no tokens (an idle data-parallel rank, an
+    # empty microbatch). NumPy and DLPack export empty arrays with zero or arbitrary
+    # strides; they used to be refused as "not C-contiguous".
+    cfg = small_config()
+    w = mxmoe.make_synthetic_weights(cfg, SEED)
+    routing = mxmoe.RoutingParams("softmax", cfg.top_k)
+    x = np.zeros((0, cfg.hidden), np.float32)
+    ids, wt = np.zeros((0, cfg.top_k), np.int32), np.zeros((0, cfg.top_k), np.float32)
+    logits = np.zeros((0, cfg.num_experts), np.float32)
+    assert [a.shape for a in mxmoe.route(logits, None, routing)] == [(0, cfg.top_k)] * 2
+    x8, s8 = mxmoe.quantize_mxfp8(x)
+    assert x8.shape == (0, cfg.hidden) and s8.shape == (0, cfg.hidden // 32)
+    assert mxmoe.float32_to_bf16(x).shape == (0, cfg.hidden)
+    assert mxmoe.bf16_to_float32(np.zeros((0, 4), np.uint16)).shape == (0, 4)
+    for backend in ("cpu", "reference"):
+        layer = mxmoe.Layer(cfg, w, backend=backend, routing=routing)
+        for y in (layer.forward(x, ids, wt), layer.forward(x8, ids, wt, x_scale=s8),
+                  layer.forward(x, router_logits=logits), layer.reference(x, ids, wt)):
+            assert y.shape == (0, cfg.hidden)
+
+
 def test_minus_one_slots_contribute_nothing(rng):
     cfg = small_config()
     w = mxmoe.make_synthetic_weights(cfg, SEED)
@@ -181,6 +203,18 @@ def test_non_contiguous_x_is_refused(rng):
     wide = np.repeat(x, 2, axis=1)[:, ::2]
     with pytest.raises(ValueError, match=r"^x: is not C-contiguous"):
         L.forward(wide, ids, wt)
+
+
+def test_integer_weights_and_logits_are_refused_not_converted(rng):
+    # Integer weights are most often the ids passed in the weights' place; the GPU path
+    # refuses them, and so does the CPU path (one rule, SPEC §9).
+    cfg, L, x, ids, wt = _layer_and_inputs(rng)
+    for call in (lambda: L.forward(x, ids, ids), lambda: L.reference(x, ids, ids)):
+        with pytest.raises(ValueError, match=r"^topk_weights: has dtype int32, expected a floating dtype"):
+            call()
+    with pytest.raises(ValueError, match=r"^router_logits: has dtype int64"):
+        mxmoe.route(np.zeros((2, cfg.num_experts), np.int64), None, mxmoe.RoutingParams("softmax", cfg.top_k))
+    np.testing.assert_array_equal(L.forward(x, ids, wt.astype(np.float64)), L.forward(x, ids, wt))
 
 
 def test_out_of_range_expert_id_names_topk_ids(rng):

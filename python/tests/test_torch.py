@@ -112,6 +112,26 @@ def test_cpu_layer_takes_bf16_bits_as_bits_and_refuses_integer_values(rng):
         L.forward(torch.zeros(3, cfg.hidden, dtype=torch.int32), torch.from_numpy(ids), torch.from_numpy(wt))
 
 
+def test_cpu_layer_refuses_integer_weights_as_the_gpu_path_does(rng):
+    cfg = small_config()
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED))
+    x, ids, wt = _inputs(rng, cfg, 3)
+    xb, idt = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(ids)
+    with pytest.raises(mxmoe.InvalidArgument, match="topk_weights: has dtype torch.int32"):
+        L.forward(xb, idt, idt)
+    y = L.forward(xb, idt, torch.from_numpy(wt).double())
+    assert torch.equal(y, L.forward(xb, idt, torch.from_numpy(wt)))
+
+
+def test_cpu_layer_takes_an_empty_batch():
+    cfg = small_config()
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED))
+    x = torch.zeros(0, cfg.hidden, dtype=torch.bfloat16)
+    ids, wt = torch.zeros(0, cfg.top_k, dtype=torch.int64), torch.zeros(0, cfg.top_k)
+    assert tuple(L.forward(x, ids, wt).shape) == (0, cfg.hidden)
+    assert L.reference(x, ids, wt).shape == (0, cfg.hidden)
+
+
 def test_fake_impl_gives_shape_and_dtype_without_running():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
