@@ -113,15 +113,17 @@ int cmd_info(bool as_json) {
                          {"intermediate_formats", c.intermediate_formats}, {"output_formats", c.output_formats},
                          {"precisions", c.precisions}, {"paths", c.paths}});
   }
+  const LibraryCapabilities& all = library_capabilities();
   j["capabilities"] = {
       {"backends", cuda_device_count() > 0 ? json{"cpu", "cuda"} : json{"cpu"}},
-      {"activations", {"situ", "swiglu", "silu"}},
-      {"input_formats", {"bf16", "mxfp8"}},
-      {"intermediate_formats", {"bf16", "mxfp8"}},
-      {"output_formats", {"bf16", "fp32"}},
-      {"weight_formats", {"mxfp4"}},
-      {"checkpoint_formats", {"kimi", "gpt-oss"}},
-      {"routers", {"sigmoid+bias (group-limited)", "softmax"}}};
+      {"activations", all.activations},
+      {"input_formats", all.input_formats},
+      {"intermediate_formats", all.intermediate_formats},
+      {"output_formats", all.output_formats},
+      {"weight_formats", all.weight_formats},
+      {"w13_layouts", all.w13_layouts},
+      {"checkpoint_formats", all.checkpoint_formats},
+      {"routers", all.routers}};
   if (as_json) {
     std::cout << j.dump(2) << "\n";
     return 0;

@@ -19,6 +19,21 @@ bool cuda_built();
 /// Number of usable GPUs (0 without CUDA or without a driver/GPU; never throws).
 int cuda_device_count();
 
+/// What the library runs at all, by the names its parsers take: the CPU engine and the
+/// reference run every one (exactly); a GPU's lists (GpuCapabilities) are drawn from
+/// these. The one place `mxmoe info` and Python's mxmoe.capabilities() read them from.
+struct LibraryCapabilities {
+  std::vector<std::string> activations;           // situ, swiglu, silu
+  std::vector<std::string> input_formats;         // bf16, mxfp8
+  std::vector<std::string> intermediate_formats;  // bf16, mxfp8 (and auto, which resolves to one)
+  std::vector<std::string> output_formats;        // bf16, fp32
+  std::vector<std::string> weight_formats;        // mxfp4
+  std::vector<std::string> w13_layouts;           // gate_up, interleaved, up_gate
+  std::vector<std::string> checkpoint_formats;    // kimi, gpt-oss
+  std::vector<std::string> routers;               // sigmoid (+bias, group-limited), softmax
+};
+const LibraryCapabilities& library_capabilities();
+
 /// What the CUDA engine runs on one GPU (SPEC §10: an engine decides once, at start-up).
 /// Every list is empty on a GPU the engine does not support.
 struct GpuCapabilities {

@@ -404,14 +404,8 @@ nb::dict capabilities() {
   nb::dict d;
   d["version"] = MXMOE_VERSION;
   d["cuda_built"] = cuda_built();
-  nb::list names;
-  for (const char* a : {"situ", "swiglu", "silu"}) names.append(a);
-  nb::list fmts, inter, outs, devs, backends;
-  for (const char* f : {"bf16", "mxfp8"}) {
-    fmts.append(f);
-    inter.append(f);
-  }
-  for (const char* f : {"bf16", "fp32"}) outs.append(f);
+  const LibraryCapabilities& all = library_capabilities();
+  nb::list devs, backends;
   backends.append("cpu");
   backends.append("reference");
   bool any_gpu = false, any_fp8 = false;
@@ -439,21 +433,18 @@ nb::dict capabilities() {
   if (any_gpu) backends.append("cuda");
   d["backends"] = backends;
   d["devices"] = devs;
-  d["activations"] = names;
-  d["input_formats"] = fmts;
-  d["intermediate_formats"] = inter;
-  d["output_formats"] = outs;
+  d["activations"] = all.activations;
+  d["input_formats"] = all.input_formats;
+  d["intermediate_formats"] = all.intermediate_formats;
+  d["output_formats"] = all.output_formats;
   nb::list precisions;  // exact everywhere; fp8 where some GPU here runs the FP8 mode
   precisions.append("exact");
   if (any_fp8) precisions.append("fp8");
   d["precisions"] = precisions;
-  nb::list layouts, routers, ckpt;
-  for (const char* l : {"gate_up", "interleaved", "up_gate"}) layouts.append(l);
-  for (const char* r : {"sigmoid", "softmax"}) routers.append(r);
-  for (const char* c : {"kimi", "gpt-oss"}) ckpt.append(c);
-  d["w13_layouts"] = layouts;
-  d["routers"] = routers;
-  d["checkpoint_formats"] = ckpt;
+  d["weight_formats"] = all.weight_formats;
+  d["w13_layouts"] = all.w13_layouts;
+  d["routers"] = all.routers;
+  d["checkpoint_formats"] = all.checkpoint_formats;
   return d;
 }
 

@@ -17,6 +17,24 @@ def test_capabilities_lists_cpu_backend_and_all_activations():
     assert ("cuda" in caps["backends"]) == any(d["supported"] for d in caps["devices"])
 
 
+def test_capabilities_names_are_the_ones_the_api_takes(tmp_path):
+    caps = mxmoe.capabilities()
+    for a in caps["activations"]:
+        assert small_config(activation=a).activation == a
+    for key in ("input_format", "intermediate_format", "output_format"):
+        for f in caps[key + "s"]:
+            small_config(**{key: f})
+    for r in caps["routers"]:
+        mxmoe.RoutingParams(r, 2)
+    for c in caps["checkpoint_formats"]:
+        mxmoe.write_synthetic_checkpoint(str(tmp_path / f"{c}.safetensors"), format=c, num_experts=4, hidden=64,
+                                         intermediate=64, top_k=2, seed=SEED)
+    for layout in caps["w13_layouts"]:  # a known layout gets as far as asking for its tensors
+        with pytest.raises(ValueError, match=r"^w13: is required"):
+            mxmoe.prepare_weights(layout, w2=(np.zeros((1, 64, 32), np.uint8), np.zeros((1, 64, 2), np.uint8)))
+    assert caps["weight_formats"] == ["mxfp4"]
+
+
 def test_supports_reports_bad_config_field_without_raising():
     ok, why = mxmoe.supports(dict(num_experts=8, top_k=9, hidden=64, intermediate=64))
     assert not ok and "top_k" in why

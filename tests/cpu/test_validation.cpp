@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "mxmoe/checkpoint.h"
 #include "mxmoe/error.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/moe.h"
@@ -410,9 +411,26 @@ TEST(GpuCapabilities, PerArchitectureAndBuild) {
     EXPECT_EQ(c.input_formats, (V{"bf16", "mxfp8"}));
     EXPECT_EQ(c.intermediate_formats, (V{"bf16", "mxfp8"}));
     EXPECT_EQ(c.output_formats, (V{"bf16", "fp32"}));
+    EXPECT_EQ(c.activations, library_capabilities().activations);  // drawn from the library's
     EXPECT_EQ(c.precisions, precisions);
     EXPECT_EQ(c.paths, paths);
   }
+}
+
+// The library's lists (mxmoe info, Python's capabilities()) by the names the parsers take.
+TEST(LibraryCapabilities, ListsEveryActivationFormatAndCheckpointByItsParsedName) {
+  using V = std::vector<std::string>;
+  const LibraryCapabilities& c = library_capabilities();
+  EXPECT_EQ(c.activations, (V{"situ", "swiglu", "silu"}));
+  EXPECT_EQ(c.input_formats, (V{"bf16", "mxfp8"}));
+  EXPECT_EQ(c.intermediate_formats, (V{"bf16", "mxfp8"}));
+  EXPECT_EQ(c.output_formats, (V{"bf16", "fp32"}));
+  EXPECT_EQ(c.weight_formats, (V{"mxfp4"}));
+  EXPECT_EQ(c.w13_layouts, (V{"gate_up", "interleaved", "up_gate"}));
+  EXPECT_EQ(c.checkpoint_formats, (V{"kimi", "gpt-oss"}));
+  EXPECT_EQ(c.routers, (V{"sigmoid", "softmax"}));
+  for (const std::string& a : c.activations) EXPECT_EQ(to_string(parse_activation(a)), a);
+  for (const std::string& f : c.checkpoint_formats) EXPECT_EQ(to_string(parse_checkpoint_format(f)), f);
 }
 
 TEST(ConfigDescribe, MentionsShapesEpAndActivation) {
