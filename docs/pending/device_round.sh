@@ -1,6 +1,6 @@
 #!/bin/bash
 # The device round for docs/pending (README.md there), rewritten in session 43, after its
-# round found 0007's first form faulting: a = main, g = main + 0001-0006, h = g + 0007,
+# round found 0007's first form faulting: a = main, g = main + 0001-0006 + 0008, h = g + 0007,
 # unpacked from bin.tar.xz next to this script (g and h also hold test_engine and
 # test_error_flags; tma_probe is docs/pending/tma_probe.cu built with nvcc). Run from the
 # repository root. At most 8 files come back from a call, so the logs go into
