@@ -1,6 +1,7 @@
-// capabilities.cpp — what the CUDA engine runs on a GPU, as data (mxmoe/cuda.h
-// GpuCapabilities): the rules in one place, for cuda_devices(), `mxmoe info` and Python's
-// mxmoe.capabilities(). Host code in every build, so the rules are tested without a GPU.
+// capabilities.cpp — what the library runs (mxmoe/cuda.h LibraryCapabilities) and what
+// the CUDA engine runs on a GPU (GpuCapabilities), as data: the lists and the rules in one
+// place, for cuda_devices(), `mxmoe info` and Python's mxmoe.capabilities(). Host code in
+// every build, so they are tested without a GPU.
 #include "mxmoe/checkpoint.h"
 #include "mxmoe/cuda.h"
 #include "mxmoe/layout.h"
