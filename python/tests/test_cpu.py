@@ -232,6 +232,8 @@ def test_integer_weights_and_logits_are_refused_not_converted(rng):
             call()
     with pytest.raises(ValueError, match=r"^router_logits: has dtype int64"):
         mxmoe.route(np.zeros((2, cfg.num_experts), np.int64), None, mxmoe.RoutingParams("softmax", cfg.top_k))
+    with pytest.raises(ValueError, match=r"^router_bias: has dtype int32"):
+        mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED), router_bias=np.zeros(cfg.num_experts, np.int32))
     np.testing.assert_array_equal(L.forward(x, ids, wt.astype(np.float64)), L.forward(x, ids, wt))
 
 
