@@ -144,9 +144,12 @@ int cmd_info(bool as_json) {
                               : "not supported: " + g.note)
               << "\n";
   std::cout << "backends: " << j["capabilities"]["backends"].dump() << "\n"
-            << "activations: situ, swiglu (SwiGLU-OAI), silu (SiLU-gated); per-expert parameters\n"
-            << "inputs: bf16, mxfp8; intermediate: bf16, mxfp8; output: bf16, fp32; weights: mxfp4\n"
-            << "checkpoints: kimi (w1/w3/w2 compressed-tensors), gpt-oss (interleaved, biases)\n";
+            << "activations: " << join(all.activations)
+            << " (swiglu: SwiGLU-OAI, silu: SiLU-gated); per-expert parameters\n"
+            << "inputs: " << join(all.input_formats) << "; intermediate: " << join(all.intermediate_formats)
+            << "; output: " << join(all.output_formats) << "; weights: " << join(all.weight_formats) << "\n"
+            << "checkpoints: " << join(all.checkpoint_formats) << "; w13 layouts: " << join(all.w13_layouts)
+            << "; routers: " << join(all.routers) << "\n";
   return 0;
 }
 
