@@ -39,10 +39,23 @@ def _host(a: ArrayLike, name: str, dtype: Optional[np.dtype] = None) -> np.ndarr
     if dtype is not None and arr.dtype != dtype:
         if np.dtype(dtype) == np.uint8:
             raise InvalidArgument(f"{name}: has dtype {arr.dtype}, expected uint8 (packed MXFP4 / E8M0 bytes)")
-        if np.dtype(dtype).kind == "f" and arr.dtype.kind != "f":
-            raise InvalidArgument(f"{name}: has dtype {arr.dtype}, expected a floating dtype (read as {np.dtype(dtype)})")
+        _refuse_non_floating(arr, name, dtype)
         arr = arr.astype(dtype)
     return arr
+
+
+def _refuse_non_floating(arr: np.ndarray, name: str, dtype) -> None:
+    if np.dtype(dtype).kind == "f" and arr.dtype.kind != "f":
+        raise InvalidArgument(f"{name}: has dtype {arr.dtype}, expected a floating dtype (read as {np.dtype(dtype)})")
+
+
+def _float32_array(a: ArrayLike, name: str) -> np.ndarray:
+    """A NumPy (or array-like) operand the bindings read as float32: a floating dtype,
+    converted; anything else refused. A float32 view is passed as it is (not copied), so
+    the bindings refuse a non-contiguous one as they refuse a non-contiguous x."""
+    arr = np.asarray(a)
+    _refuse_non_floating(arr, name, np.float32)
+    return np.asarray(arr, dtype=np.float32)
 
 
 def _float32_tensor(t, name):
@@ -464,7 +477,7 @@ class Layer:
             xs = _torch_x(xs, torch.float32)  # the C++ side rounds float32 to BF16
         ids = topk_ids.detach() if _is_torch(topk_ids) else topk_ids
         wts = (_float32_tensor(topk_weights.detach(), "topk_weights") if _is_torch(topk_weights)
-               else _host(topk_weights, "topk_weights", np.float32))
+               else _float32_array(topk_weights, "topk_weights"))
         xsc = x_scale.detach() if _is_torch(x_scale) else x_scale
         if out is not None:
             _C.forward_cpu(self.config, self.weights, xs, ids, wts, x_scale=xsc, out=out,

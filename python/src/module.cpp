@@ -274,6 +274,7 @@ void check_out(const MoeConfig& cfg, const Array& out, int64_t tokens, Dev dev, 
 nb::object deliver(const Output& o, const std::optional<Array>& out) {
   const size_t m = (size_t)o.tokens, k = (size_t)o.hidden;
   if (out) {
+    if (m == 0) return nb::none();  // an empty `out` may have a null data pointer
     void* dst = mxmoe_py::mut_ptr(*out);
     if (o.format == OutputFormat::BF16)
       std::memcpy(dst, o.bf16.data(), o.bf16.size() * sizeof(uint16_t));

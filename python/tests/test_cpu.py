@@ -112,6 +112,8 @@ def test_an_empty_batch_is_a_valid_forward():
     assert x8.shape == (0, cfg.hidden) and s8.shape == (0, cfg.hidden // 32)
     assert mxmoe.float32_to_bf16(x).shape == (0, cfg.hidden)
     assert mxmoe.bf16_to_float32(np.zeros((0, 4), np.uint16)).shape == (0, 4)
+    out = np.zeros((0, cfg.hidden), np.uint16)
+    assert mxmoe.Layer(cfg, w).forward(x, ids, wt, out=out) is out
     for backend in ("cpu", "reference"):
         layer = mxmoe.Layer(cfg, w, backend=backend, routing=routing)
         for y in (layer.forward(x, ids, wt), layer.forward(x8, ids, wt, x_scale=s8),
@@ -221,6 +223,8 @@ def test_non_contiguous_x_is_refused(rng):
     wide = np.repeat(x, 2, axis=1)[:, ::2]
     with pytest.raises(ValueError, match=r"^x: is not C-contiguous"):
         L.forward(wide, ids, wt)
+    with pytest.raises(ValueError, match=r"^topk_weights: is not C-contiguous"):
+        L.forward(x, ids, np.repeat(wt, 2, axis=1)[:, ::2])
 
 
 def test_integer_weights_and_logits_are_refused_not_converted(rng):

@@ -130,6 +130,8 @@ def test_cpu_layer_takes_an_empty_batch():
     ids, wt = torch.zeros(0, cfg.top_k, dtype=torch.int64), torch.zeros(0, cfg.top_k)
     assert tuple(L.forward(x, ids, wt).shape) == (0, cfg.hidden)
     assert L.reference(x, ids, wt).shape == (0, cfg.hidden)
+    out = torch.empty(0, cfg.hidden, dtype=torch.bfloat16)  # data_ptr 0: nothing is copied into it
+    assert L.forward(x, ids, wt, out=out) is out
 
 
 def test_fake_impl_gives_shape_and_dtype_without_running():
