@@ -22,6 +22,15 @@ Backend parse_backend(const std::string& s) {
   throw InvalidArgument("backend", "expected cpu or cuda, got '" + s + "'");
 }
 
+Backend default_backend(const std::vector<GpuInfo>& gpus, std::string* note) {
+  for (const GpuInfo& g : gpus)
+    if (g.supported) return Backend::Cuda;
+  if (note != nullptr && !gpus.empty())
+    *note = "running on the CPU: GPU " + std::to_string(gpus[0].index) + " (" + gpus[0].name +
+            ") is not supported: " + gpus[0].note;
+  return Backend::Cpu;
+}
+
 const char* to_string(RoutingPattern p) {
   switch (p) {
     case RoutingPattern::Uniform: return "uniform";

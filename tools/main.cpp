@@ -35,7 +35,6 @@ uint64_t fresh_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-Backend default_backend() { return cuda_device_count() > 0 ? Backend::Cuda : Backend::Cpu; }
 
 /// Where a command's tables and summary lines go: stdout, or stderr when its JSON goes to
 /// stdout (`--json -`), so that stdout is the JSON alone and parses.
@@ -103,7 +102,8 @@ int cmd_info(bool as_json) {
   j["version"] = MXMOE_VERSION;
   j["cuda_built"] = cuda_built();
   j["gpus"] = json::array();
-  for (const GpuInfo& g : cuda_devices()) {
+  const std::vector<GpuInfo> gpus = cuda_devices();
+  for (const GpuInfo& g : gpus) {
     const GpuCapabilities& c = g.capabilities;
     j["gpus"].push_back({{"index", g.index}, {"name", g.name},
                          {"sm", std::to_string(g.sm_major) + std::to_string(g.sm_minor)},
@@ -115,7 +115,7 @@ int cmd_info(bool as_json) {
   }
   const LibraryCapabilities& all = library_capabilities();
   j["capabilities"] = {
-      {"backends", cuda_device_count() > 0 ? json{"cpu", "cuda"} : json{"cpu"}},
+      {"backends", default_backend(gpus) == Backend::Cuda ? json{"cpu", "cuda"} : json{"cpu"}},
       {"activations", all.activations},
       {"input_formats", all.input_formats},
       {"intermediate_formats", all.intermediate_formats},
@@ -136,7 +136,7 @@ int cmd_info(bool as_json) {
     for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
   };
-  for (const GpuInfo& g : cuda_devices())
+  for (const GpuInfo& g : gpus)
     std::cout << "  [" << g.index << "] " << g.name << " sm_" << g.sm_major << g.sm_minor << ", " << g.sm_count
               << " SMs, " << fix(g.memory_bytes / double(1ull << 30), 1) << " GiB, "
               << (g.supported ? "supported: precisions " + join(g.capabilities.precisions) + "; paths " +
@@ -240,7 +240,9 @@ struct RunOptions {
 };
 
 int cmd_run(RunOptions o) {
-  const Backend backend = o.backend.empty() ? default_backend() : parse_backend(o.backend);
+  std::string why_cpu;
+  const Backend backend = o.backend.empty() ? default_backend(cuda_devices(), &why_cpu) : parse_backend(o.backend);
+  if (!why_cpu.empty()) std::cerr << why_cpu << "\n";
   if (o.seed == 0) o.seed = fresh_seed();
   std::cerr << "loading " << o.checkpoint << " ...\n";
   // The layer index: from a single file's synthetic metadata when present, else 0 unless

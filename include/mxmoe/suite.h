@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mxmoe/cuda.h"
 #include "mxmoe/moe.h"
 #include "mxmoe/reference.h"
 #include "mxmoe/routing.h"
@@ -18,6 +19,11 @@ namespace mxmoe {
 enum class Backend : int { Cpu = 0, Cuda = 1 };
 const char* to_string(Backend b);
 Backend parse_backend(const std::string& s);  // "cpu" | "cuda"
+/// The backend taken when none is named (`mxmoe run`): CUDA where one of `gpus`
+/// (cuda_devices()) is supported, else the CPU. Where GPUs are seen but none is
+/// supported, `note` (if given) says so with the first one's reason, to be shown: the
+/// choice is never silent (SPEC §9).
+Backend default_backend(const std::vector<GpuInfo>& gpus, std::string* note = nullptr);
 
 /// How a case chooses experts for its tokens.
 enum class RoutingPattern : int {

@@ -433,6 +433,29 @@ TEST(LibraryCapabilities, ListsEveryActivationFormatAndCheckpointByItsParsedName
   for (const std::string& f : c.checkpoint_formats) EXPECT_EQ(to_string(parse_checkpoint_format(f)), f);
 }
 
+// `mxmoe run` without --backend: CUDA where some GPU is supported, else the CPU, saying
+// why when GPUs are seen but none is supported (README: "on the GPU when there is one").
+TEST(DefaultBackend, CudaOnlyWhereSomeGpuIsSupportedAndTheCpuSaysWhy) {
+  GpuInfo old_gpu;
+  old_gpu.index = 0;
+  old_gpu.name = "Tesla T4";
+  old_gpu.note = "GPU 'Tesla T4' is sm_75; the engine needs sm_80 or newer";
+  GpuInfo h200;
+  h200.index = 1;
+  h200.name = "NVIDIA H200";
+  h200.supported = true;
+  std::string note;
+  EXPECT_EQ(default_backend({}, &note), Backend::Cpu);
+  EXPECT_EQ(note, "");  // no GPU: nothing to explain
+  EXPECT_EQ(default_backend({old_gpu}, &note), Backend::Cpu);
+  EXPECT_NE(note.find("running on the CPU"), std::string::npos) << note;
+  EXPECT_NE(note.find("sm_75"), std::string::npos) << note;
+  note.clear();
+  EXPECT_EQ(default_backend({old_gpu, h200}, &note), Backend::Cuda);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(default_backend({old_gpu}), Backend::Cpu);  // the note is optional
+}
+
 TEST(ConfigDescribe, MentionsShapesEpAndActivation) {
   const std::string d = good_config().describe();
   for (const char* s : {"E=16", "top_k=4", "K=64", "N=64", "ep=1/2", "E_local=8", "situ",
