@@ -35,7 +35,6 @@ uint64_t fresh_seed() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-
 /// Where a command's tables and summary lines go: stdout, or stderr when its JSON goes to
 /// stdout (`--json -`), so that stdout is the JSON alone and parses.
 std::ostream& report_stream(const std::string& json_path) { return json_path == "-" ? std::cerr : std::cout; }
