@@ -434,7 +434,7 @@ TEST(LibraryCapabilities, ListsEveryActivationFormatAndCheckpointByItsParsedName
 }
 
 // `mxmoe run` without --backend: CUDA where some GPU is supported, else the CPU, saying
-// why when GPUs are seen but none is supported (README: "on the GPU when there is one").
+// why when GPUs are seen but none is supported (README's main job).
 TEST(DefaultBackend, CudaOnlyWhereSomeGpuIsSupportedAndTheCpuSaysWhy) {
   GpuInfo old_gpu;
   old_gpu.index = 0;
