@@ -35,6 +35,7 @@
 #include "mxmoe/reference.h"
 #include "mxmoe/routing.h"
 #include "mxmoe/safetensors.h"
+#include "mxmoe/suite.h"
 
 #ifndef MXMOE_VERSION
 #define MXMOE_VERSION "0.0.0"
@@ -409,8 +410,9 @@ nb::dict capabilities() {
   nb::list devs, backends;
   backends.append("cpu");
   backends.append("reference");
-  bool any_gpu = false, any_fp8 = false;
-  for (const auto& g : cuda_devices()) {
+  bool any_fp8 = false;
+  const std::vector<GpuInfo> gpus = cuda_devices();
+  for (const auto& g : gpus) {
     nb::dict gd;
     gd["index"] = g.index;
     gd["name"] = g.name;
@@ -428,10 +430,9 @@ nb::dict capabilities() {
     gd["precisions"] = c.precisions;
     gd["paths"] = c.paths;
     devs.append(gd);
-    any_gpu |= g.supported;
     for (const std::string& pr : c.precisions) any_fp8 |= pr == "fp8";
   }
-  if (any_gpu) backends.append("cuda");
+  if (default_backend(gpus) == Backend::Cuda) backends.append("cuda");  // the CLI's rule too
   d["backends"] = backends;
   d["devices"] = devs;
   d["activations"] = all.activations;
