@@ -31,5 +31,9 @@ struct RoutingParams {
 /// same way the GPU kernel does (documented in routing.cpp).
 Routing route_cpu(const float* logits, int64_t tokens, int64_t num_experts,
                   const float* bias, const RoutingParams& params);
+/// The same on BF16 logits (bits, [M][E]), as a model's router often gives them: each
+/// logit widened to fp32 (exactly), then route_cpu. SPEC §3 takes fp32 or bf16 logits.
+Routing route_cpu_bf16(const uint16_t* logits_bf16, int64_t tokens, int64_t num_experts,
+                       const float* bias, const RoutingParams& params);
 
 }  // namespace mxmoe

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "mxmoe/error.h"
+#include "mxmoe/formats.h"
 #include "mxmoe/routing.h"
 
 namespace mxmoe {
@@ -178,6 +179,18 @@ Routing route_cpu(const float* logits, int64_t tokens, int64_t num_experts, cons
       for (int64_t j = 0; j < k; ++j) w[j] = w[j] * params.routed_scaling_factor;
   }
   return r;
+}
+
+Routing route_cpu_bf16(const uint16_t* logits_bf16, int64_t tokens, int64_t num_experts,
+                       const float* bias, const RoutingParams& params) {
+  // The same checks as route_cpu's, before the size below is computed from them.
+  MXMOE_CHECK_ARG(tokens >= 0, "tokens", "must be >= 0, got ", tokens);
+  params.validate(num_experts);
+  MXMOE_CHECK_ARG(logits_bf16 != nullptr || tokens == 0, "logits", "is null with ", tokens,
+                  " tokens");
+  std::vector<float> wide(static_cast<size_t>(tokens * num_experts));
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = fmt::bf16_to_float(logits_bf16[i]);
+  return route_cpu(wide.data(), tokens, num_experts, bias, params);
 }
 
 }  // namespace mxmoe

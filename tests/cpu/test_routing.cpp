@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -420,5 +421,81 @@ void check_kimi(int64_t n_group, int64_t topk_group, uint32_t seed) {
 TEST(RoutingKimi, Random896ExpertsTop16MatchesBruteForceSort) { check_kimi(0, 0, 2024); }
 
 TEST(RoutingKimi, Random896ExpertsTop16GroupLimitedMatchesBruteForce) { check_kimi(8, 4, 2025); }
+
+// ---------------------------------------------------------------- bf16 logits
+
+// A BF16 logit is the fp32 with its upper 16 bits; widened here by hand, apart from the
+// formats.h conversion route_cpu_bf16 uses.
+std::vector<float> widened(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(bits[i]) << 16;
+    std::memcpy(&out[i], &u, sizeof u);
+  }
+  return out;
+}
+
+void expect_same_routing(const Routing& got, const Routing& want, const char* what) {
+  ASSERT_EQ(got.tokens, want.tokens) << what;
+  ASSERT_EQ(got.top_k, want.top_k) << what;
+  EXPECT_EQ(got.ids, want.ids) << what;
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  for (size_t i = 0; i < got.weights.size(); ++i) {
+    uint32_t g = 0, w = 0;
+    std::memcpy(&g, &got.weights[i], 4);
+    std::memcpy(&w, &want.weights[i], 4);
+    EXPECT_EQ(g, w) << what << ": weight " << i << " " << got.weights[i] << " vs " << want.weights[i];
+  }
+}
+
+TEST(RoutingBf16, EqualsFp32RoutingOfTheWidenedLogitsBitForBit) {
+  const int64_t M = 11, E = 896, k = 16;
+  std::mt19937 rng(2026);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<uint16_t> l(static_cast<size_t>(M * E));
+  for (auto& v : l) {  // BF16 bits of a normal logit, rounded down (the low half dropped)
+    const float f = nd(rng);
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    v = static_cast<uint16_t>(u >> 16);
+  }
+  l[2 * E + 7] = 0x7FC0;   // NaN
+  l[3 * E + 1] = 0x7F80;   // +Inf
+  l[3 * E + 2] = 0xFF80;   // -Inf
+  for (int64_t e = 0; e < E; ++e) l[5 * E + e] = 0x3F80;  // a token of ties (1.0 everywhere)
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (auto& b : bias) b = nd(rng) * 0.05f;
+  const std::vector<float> wide = widened(l);
+
+  RoutingParams p = sigmoid_params(k);
+  p.routed_scaling_factor = 2.5f;
+  expect_same_routing(route_cpu_bf16(l.data(), M, E, bias.data(), p),
+                      route_cpu(wide.data(), M, E, bias.data(), p), "sigmoid + bias");
+  p.n_group = 8;
+  p.topk_group = 4;
+  expect_same_routing(route_cpu_bf16(l.data(), M, E, bias.data(), p),
+                      route_cpu(wide.data(), M, E, bias.data(), p), "group-limited");
+  RoutingParams sm = softmax_params(4);
+  expect_same_routing(route_cpu_bf16(l.data(), M, E, nullptr, sm),
+                      route_cpu(wide.data(), M, E, nullptr, sm), "softmax");
+}
+
+TEST(RoutingBf16, RejectsBadArgumentsAsTheFp32FormDoes) {
+  const std::vector<uint16_t> l(8, 0x3F80);
+  EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), -1, 8, nullptr, sigmoid_params(2)); }),
+            "tokens");
+  EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(nullptr, 1, 8, nullptr, sigmoid_params(2)); }),
+            "logits");
+  EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), 1, 0, nullptr, sigmoid_params(2)); }),
+            "num_experts");
+  EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), 1, 8, nullptr, sigmoid_params(9)); }),
+            "params.top_k");
+  const std::vector<float> bad_bias(8, std::numeric_limits<float>::infinity());
+  EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), 1, 8, bad_bias.data(), sigmoid_params(2)); }),
+            "bias");
+  const Routing none = route_cpu_bf16(nullptr, 0, 8, nullptr, sigmoid_params(2));
+  EXPECT_EQ(none.tokens, 0);
+  EXPECT_TRUE(none.ids.empty());
+}
 
 }  // namespace
