@@ -1,13 +1,16 @@
 #!/bin/bash
 # The device round for docs/pending (README.md there), rewritten in session 43, after its
-# round found 0007's first form faulting: a = main, g = main + 0001-0006 + 0008, h = g + 0007,
-# unpacked from bin.tar.xz next to this script (g and h also hold test_engine and
-# test_error_flags; tma_probe is docs/pending/tma_probe.cu built with nvcc). Run from the
-# repository root. At most 8 files come back from a call, so the logs go into
+# round found 0007's first form faulting: a = main, g = main + 0001-0006 + 0008-0010,
+# h = g + 0007, unpacked from bin.tar.xz next to this script (g and h also hold test_engine
+# and test_error_flags, g test_layer_args; tma_probe is docs/pending/tma_probe.cu built with
+# nvcc: its last line says whether 0007's own boxes load, and load the right scales). Run
+# from the repository root. At most 8 files come back from a call, so the logs go into
 # $OUT/l<PART>.tgz, packed again after every step (a call cut short still returns them).
-# PART=1 (~7 min): correctness. The TMA probe (does a box from an unaligned start fault?);
-#   g's test_engine and test_error_flags whole; h's FP8 and layer tests (h differs from g
-#   only in the FP8 kernels' token scales) and memcheck on them; validate --suite all,
+# PART=1 (~7 min): correctness. The TMA probe (does a box from an unaligned start fault?
+#   do 0007's boxes load?); g's test_engine, test_error_flags and test_layer_args whole,
+#   and the GPU-marked Python tests on g's package (py/, pytests/ in bin.tar.xz);
+#   h's FP8 and layer tests (h differs from g only in the FP8 kernels' token scales) and
+#   memcheck on them; validate --suite all,
 #   exact on g and FP8 on h (or on g if h failed).
 # PART=2 (~8 min): speed. The PyTorch baseline; two alternating rounds of benches (FP8:
 #   a g h; exact: a g); the decode sizes M=1..32 (a, g); the smoke comparison of a and g.
@@ -18,10 +21,18 @@ print(' '.join('%d:%.1f'%(c['tokens'],c['median_us']) for c in d if c['mode']=='
 line() { grep -E "$1" "$2" | tr '\n' ' '; }
 pack() { echo "  [$((SECONDS - T0)) s]" >> $S; tar czf $OUT/l${PART:-1}.tgz -C $OUT l; }
 if [ "${PART:-1}" = 1 ]; then
-  [ -x tma_probe ] && { timeout 20 ./tma_probe > $L/probe.txt 2>&1; echo "tma_probe: $(tr '\n' ';' < $L/probe.txt)" >> $S; }
+  [ -x tma_probe ] && { timeout 30 ./tma_probe > $L/probe.txt 2>&1; echo "tma_probe rc=$? $(tail -1 $L/probe.txt)" >> $S; pack; }
   g/mxmoe info > $L/info.txt 2>&1; echo "g info rc=$? $(grep -E '^\s+\[0\]' $L/info.txt)" >> $S
   timeout 200 g/test_engine > $L/te_g.txt 2>&1; echo "g test_engine rc=$? $(line '^\[  (PASSED|FAILED)' $L/te_g.txt)" >> $S
-  timeout 30 g/test_error_flags > $L/flags_g.txt 2>&1; echo "g test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags_g.txt)" >> $S; pack
+  timeout 30 g/test_error_flags > $L/flags_g.txt 2>&1; echo "g test_error_flags rc=$? $(line '^\[  (PASSED|FAILED)' $L/flags_g.txt)" >> $S
+  timeout 60 g/test_layer_args > $L/args_g.txt 2>&1; echo "g test_layer_args rc=$? $(line '^\[  (PASSED|FAILED)' $L/args_g.txt)" >> $S; pack
+  # g's Python package (built here for the device's Python 3.12, sm_90a) on g's python/tests,
+  # copied over the device's copy of the tree (the tests find bench/ from their own path).
+  if [ -d py ] && [ -d pytests ]; then
+    cp -r pytests/. $R/python/tests/
+    (P=$PWD/py; cd $R && PYTHONPATH=$P timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider python/tests) > $L/pytest_g.txt 2>&1
+    echo "g pytest -m gpu rc=$? $(tail -1 $L/pytest_g.txt)" >> $S; pack
+  fi
   timeout 90 h/test_engine --gtest_filter='Fp8Mode.*:Layer.*:Permute.*' > $L/te_h.txt 2>&1; HRC=$?; echo "h test_engine Fp8Mode/Layer/Permute rc=$HRC $(line '^\[  (PASSED|FAILED)' $L/te_h.txt)" >> $S; pack
   timeout 90 compute-sanitizer --tool memcheck h/test_engine --gtest_filter='Permute.*:Fp8Mode.Stage*:Fp8Mode.Tails*:Fp8Mode.LayerWithin*:Finalize.*' > $L/mc_h.txt 2>&1; echo "h memcheck rc=$? $(line 'ERROR SUMMARY|^\[  PASSED|^\[  FAILED' $L/mc_h.txt)" >> $S; pack
   timeout 80 g/mxmoe validate --suite all --backend cuda > $L/val_ex_g.txt 2>&1; echo "g validate exact rc=$? $(tail -1 $L/val_ex_g.txt)" >> $S; pack
