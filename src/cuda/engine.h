@@ -125,6 +125,7 @@ struct WorkspaceLayout {
   size_t offsets = 0;      // i32 [E_local+1] exclusive scan of counts
   size_t row_map = 0;      // i32 [M*k] routed row -> pair index (token*k + slot)
   size_t pair_row = 0;     // i32 [M*k] pair -> routed row or -1
+  size_t permute_seg = 0;  // i32, heuristics.h permute_seg_words: the permutation's segments
   size_t xq = 0;           // u8 [M][K] e4m3 codes (BF16 x into an MXFP8 layer)
   size_t xq_scale = 0;     // u8 [M][K/32]
   size_t inter = 0;        // [M*k][N] e4m3 codes or bf16 (the exact prefill path: ib instead)
@@ -188,6 +189,8 @@ struct PermuteParams {
   uint32_t* error = nullptr;
   uint32_t* clear = nullptr;  // words set to zero for the later kernels (or null)
   int clear_words = 0;
+  int32_t* seg = nullptr;  // the segments' scratch, heuristics.h permute_seg_words (not
+                           // used by the one-block form)
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
 /// launch_quantize_x + launch_permute, in one launch when the problem is small.

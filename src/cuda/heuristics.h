@@ -532,4 +532,33 @@ inline bool small_permute(int64_t pairs, int num_local) {
   return pairs <= kSmallPermutePairs && num_local <= kSmallPermuteExperts;
 }
 
+/// The two-kernel permutation splits the pairs into segments, one block per (local
+/// expert, segment): a block walks its segment in steps of 8192 pairs (permute.cu), each
+/// step two dependent L2 loads per thread, so one block per expert over all of M = 4096's
+/// 65536 pairs took 8 steps (23 + 30 us for the two kernels, PERFORMANCE.md session 40).
+/// Segments of at most kPermuteSegmentPairs pairs while there are at most
+/// kPermuteMaxSegments of them (28 experts x 16 = 448 blocks of 512 threads: one wave at
+/// 4 blocks per SM on 132 SMs), longer past that.
+inline constexpr int64_t kPermuteSegmentPairs = 4096;
+inline constexpr int kPermuteMaxSegments = 16;
+/// Pairs per segment: the pairs over as many segments as they need, up to a multiple of
+/// 512 (a warp's 32 runs of 16), so that no run straddles two segments.
+MXMOE_HD int64_t permute_segment_length(int64_t pairs) {
+  if (pairs <= 0) return 512;
+  int64_t s = (pairs + kPermuteSegmentPairs - 1) / kPermuteSegmentPairs;
+  s = s > kPermuteMaxSegments ? kPermuteMaxSegments : s;
+  return ((pairs + s - 1) / s + 511) / 512 * 512;
+}
+/// Segments of permute_segment_length: every one holds at least one pair.
+MXMOE_HD int permute_segments(int64_t pairs) {
+  const int64_t len = permute_segment_length(pairs);
+  const int64_t s = (pairs + len - 1) / len;
+  return static_cast<int>(s < 1 ? 1 : s);
+}
+/// Words of the segments' scratch (PermuteParams.seg): [segments][E_local] counts, then
+/// [segments] bad-id flags.
+inline int64_t permute_seg_words(int64_t pairs, int num_local) {
+  return static_cast<int64_t>(permute_segments(pairs)) * (num_local + 1);
+}
+
 }  // namespace mxmoe::cuda_detail

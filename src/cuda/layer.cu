@@ -337,6 +337,7 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   l.offsets = take((el + 1) * 4);
   l.row_map = take(pairs * 4);
   l.pair_row = take(pairs * 4);
+  l.permute_seg = take(static_cast<size_t>(permute_seg_words(static_cast<int64_t>(pairs), static_cast<int>(el))) * 4);
   l.xq = take(fp8_in ? M * K : 0);
   l.xq_scale = take(fp8_in ? M * K / kMxBlock : 0);
   l.inter = take(pairs * N * (fp8_mid ? 1 : 2));
@@ -685,6 +686,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   pp.row_map = reinterpret_cast<int32_t*>(ws + L.row_map);
   pp.pair_row = reinterpret_cast<int32_t*>(ws + L.pair_row);
   pp.error = reinterpret_cast<uint32_t*>(ws + L.error);
+  pp.seg = reinterpret_cast<int32_t*>(ws + L.permute_seg);
   // The expert-ready counters, then the balanced decode GEMM1's (its sizes on the decode
   // path only: from kPrefillMinTokens the layout holds the prefill path's buffers too).
   pp.clear = reinterpret_cast<uint32_t*>(ws + L.expert_ready);

@@ -1,12 +1,14 @@
 // permute.cu — group the (token, slot) pairs by local expert.
 //
 // Deterministic order: within an expert, rows follow the pair index token*k + slot.
-// Two kernels, one block per local expert, each block reading all M*k pairs (ids and the
-// expert map are L2-resident):
-//   count:   rows per expert (counts[e]); block 0 also marks every non-local pair
-//            (pair_row = -1) and writes the error word (ids < -1 or >= E_global are
-//            skipped and flagged, never used as an index);
-//   scatter: offsets[e] = sum of the counts before e, then the rows of expert e in pair
+// Two kernels, one block per (local expert, segment of the pairs) (heuristics.h
+// permute_segments; ids and the expert map are L2-resident):
+//   count:   rows per expert and segment (seg[s][e]); expert 0's blocks also mark every
+//            non-local pair of their segment (pair_row = -1) and flag their segment's bad
+//            ids (ids < -1 or >= E_global are skipped and flagged, never used as an index);
+//   scatter: a block's first row is the rows of the experts before e plus those of expert
+//            e in the segments before s; segment 0's blocks write counts[e] and offsets[e],
+//            expert 0's the error word. Then the rows of expert e in the segment in pair
 //            order: each thread takes a run of kRun consecutive pairs, and a block-wide
 //            exclusive scan of the runs' match counts gives every match its row:
 //            row_map[row] = pair, pair_row[pair] = row.
@@ -14,6 +16,8 @@
 // dependent L2 loads (id, map entry) per step: 116 + 135 us at M=4096 (65536 pairs),
 // 2.5% of the layer (PERFORMANCE.md, session 12). A thread's run issues its kRun loads at
 // once, and a block of kThreads takes kThreads * kRun pairs per barrier step.
+// Why segments: with one block per expert, each walked all pairs, 8 steps at M=4096
+// (23 + 30 us, session 40); segments of 4096 pairs take one step each.
 // Small problems use one block instead (permute_small_block below, heuristics.h).
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
 // Either form also clears the words a later kernel of the forward counts on (p.clear).
@@ -63,16 +67,31 @@ __device__ __forceinline__ void clear_words(const PermuteParams& p) {
     p.clear[i] = 0u;
 }
 
+/// Block b of a launch over (local expert, segment): expert b % E_local, segment
+/// b / E_local, pairs [lo, hi) of the segment.
+struct Segment {
+  int e, s;
+  int64_t lo, hi;
+};
+__device__ __forceinline__ Segment segment_of_block(const PermuteParams& p) {
+  const int64_t total = p.tokens * p.top_k, len = permute_segment_length(total);
+  Segment g;
+  g.e = static_cast<int>(blockIdx.x % p.num_local);
+  g.s = static_cast<int>(blockIdx.x / p.num_local);
+  g.lo = g.s * len;
+  g.hi = min(total, g.lo + len);
+  return g;
+}
+
 __global__ void __launch_bounds__(kThreads) permute_count_kernel(const PermuteParams p) {
   __shared__ int s_warp[kWarps];
   clear_words(p);
-  const int e = blockIdx.x;
-  const int64_t total = p.tokens * p.top_k;
+  const Segment g = segment_of_block(p);
   int count = 0;
   bool bad = false;
-  for (int64_t first = static_cast<int64_t>(threadIdx.x) * kRun; first < total;
+  for (int64_t first = g.lo + static_cast<int64_t>(threadIdx.x) * kRun; first < g.hi;
        first += int64_t{kThreads} * kRun)
-    count += __popc(run_matches(p, first, total, e, e == 0, &bad));
+    count += __popc(run_matches(p, first, g.hi, g.e, g.e == 0, &bad));
   // No barrier per step: the block's sum once at the end.
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
@@ -81,30 +100,57 @@ __global__ void __launch_bounds__(kThreads) permute_count_kernel(const PermutePa
   if (threadIdx.x == 0) {
     int sum = 0;
     for (int w = 0; w < kWarps; ++w) sum += s_warp[w];
-    p.counts[e] = sum;
-    if (e == 0) *p.error = any_bad ? kErrorIdOutOfRange : 0u;
+    p.seg[g.s * p.num_local + g.e] = sum;
+    // Expert 0's blocks see every pair of their segment: its bad-id flag.
+    if (g.e == 0) p.seg[permute_segments(p.tokens * p.top_k) * p.num_local + g.s] = any_bad;
   }
+}
+
+/// Sum over the block of f(i) for i in [0, n) (every thread gets it).
+template <class F>
+__device__ __forceinline__ int block_sum(int n, F&& f, int* s_warp) {
+  int v = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) v += f(i);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) s_warp[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int sum = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) sum += s_warp[w];
+  __syncthreads();  // s_warp is reused
+  return sum;
 }
 
 __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const PermuteParams p) {
   __shared__ int s_warp[kWarps];
-  __shared__ int s_off;
-  const int e = blockIdx.x;
+  const Segment g = segment_of_block(p);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    int off = 0;
-    for (int i = 0; i < e; ++i) off += p.counts[i];
-    s_off = off;
-    p.offsets[e] = off;
-    if (e == p.num_local - 1) p.offsets[p.num_local] = off + p.counts[e];
-  }
-  __syncthreads();
-  int running = s_off;
   const int64_t total = p.tokens * p.top_k;
+  const int segments = permute_segments(total), el = p.num_local;
+  // This block's first row: the rows of the experts before e (every segment), then those
+  // of expert e in the segments before s. seg[s][e] at s * el + e.
+  int running = block_sum(segments * el, [&](int i) {
+    const int s = i / el, e = i - s * el;
+    return e < g.e || (e == g.e && s < g.s) ? p.seg[i] : 0;
+  }, s_warp);
+  if (g.s == 0) {
+    const int count = block_sum(segments, [&](int s) { return p.seg[s * el + g.e]; }, s_warp);
+    if (threadIdx.x == 0) {
+      p.counts[g.e] = count;
+      p.offsets[g.e] = running;
+      if (g.e == el - 1) p.offsets[el] = running + count;
+      if (g.e == 0) {
+        bool any_bad = false;
+        for (int s = 0; s < segments; ++s) any_bad |= p.seg[segments * el + s] != 0;
+        *p.error = any_bad ? kErrorIdOutOfRange : 0u;
+      }
+    }
+  }
   bool bad = false;  // flagged by the count kernel already
-  for (int64_t base = 0; base < total; base += int64_t{kThreads} * kRun) {
+  for (int64_t base = g.lo; base < g.hi; base += int64_t{kThreads} * kRun) {
     const int64_t first = base + static_cast<int64_t>(threadIdx.x) * kRun;
-    const uint32_t mask = run_matches(p, first, total, e, false, &bad);
+    const uint32_t mask = run_matches(p, first, g.hi, g.e, false, &bad);
     // Exclusive scan of the runs' match counts over the block, in thread (= pair) order.
     const int n = __popc(mask);
     int incl = n;
@@ -224,9 +270,12 @@ void launch_prologue_small(const PermuteParams& p, const QuantizeArgs& q, cudaSt
 
 void launch_permute(const PermuteParams& p, cudaStream_t stream) {
   if (small_permute(p.tokens * p.top_k, p.num_local)) return launch_prologue_small(p, {}, stream);
-  permute_count_kernel<<<p.num_local, kThreads, 0, stream>>>(p);
+  MXMOE_CHECK_ARG(p.seg != nullptr, "PermuteParams.seg", "null: the segmented permutation needs ",
+                  permute_seg_words(p.tokens * p.top_k, p.num_local), " words of scratch");
+  const unsigned blocks = static_cast<unsigned>(p.num_local * permute_segments(p.tokens * p.top_k));
+  permute_count_kernel<<<blocks, kThreads, 0, stream>>>(p);
   MXMOE_LAUNCH_CHECK("permute_count_kernel");
-  permute_scatter_kernel<<<p.num_local, kThreads, 0, stream>>>(p);
+  permute_scatter_kernel<<<blocks, kThreads, 0, stream>>>(p);
   MXMOE_LAUNCH_CHECK("permute_scatter_kernel");
 }
 

@@ -149,4 +149,31 @@ TEST(DecodeLaunch, SharedMemoryForBlocksPerSmFitsExactlyThatMany) {
   EXPECT_EQ(cd::smem_for_blocks_per_sm(200000, 2304, sm, 3), 200000u);
 }
 
+// The two-kernel permutation's segments (permute.cu): whole warps' runs of pairs (512),
+// at most kPermuteSegmentPairs each up to kPermuteMaxSegments x that many pairs, none
+// empty, all pairs covered. Kimi's M=4096 (65536 pairs) takes 16 segments of 4096 (one block step
+// each), M=1024 four.
+TEST(Permute, SegmentsCoverThePairsInWholeRunsNoneEmpty) {
+  EXPECT_EQ(cd::permute_segments(513), 1);
+  EXPECT_EQ(cd::permute_segments(cd::kPermuteSegmentPairs), 1);
+  EXPECT_EQ(cd::permute_segments(cd::kPermuteSegmentPairs + 1), 2);
+  EXPECT_EQ(cd::permute_segments(16384), 4);
+  EXPECT_EQ(cd::permute_segments(65536), 16);
+  EXPECT_EQ(cd::permute_segment_length(65536), 4096);
+  EXPECT_EQ(cd::permute_segments(65537), 15);  // 4608 each: the 16th would be empty
+  EXPECT_EQ(cd::permute_segments(int64_t{1} << 24), cd::kPermuteMaxSegments);
+  for (int64_t pairs = 1; pairs < (int64_t{1} << 22); pairs = pairs * 5 / 4 + 7) {
+    const int s = cd::permute_segments(pairs);
+    const int64_t len = cd::permute_segment_length(pairs);
+    EXPECT_GE(s, 1);
+    EXPECT_LE(s, cd::kPermuteMaxSegments);
+    EXPECT_EQ(len % 512, 0) << pairs;                // no run of 16 straddles two segments
+    EXPECT_GE(s * len, pairs) << pairs;              // every pair in a segment
+    EXPECT_LT((s - 1) * len, pairs) << pairs;        // none empty
+    if (pairs <= cd::kPermuteMaxSegments * cd::kPermuteSegmentPairs)
+      EXPECT_LE(len, cd::kPermuteSegmentPairs) << pairs;
+    EXPECT_EQ(cd::permute_seg_words(pairs, 28), int64_t{s} * 29) << pairs;
+  }
+}
+
 }  // namespace

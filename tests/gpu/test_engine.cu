@@ -350,8 +350,13 @@ void check_permute(const std::vector<int32_t>& ids, int64_t M, int64_t k, int64_
   const PermuteExpect want = permute_cpu(ids, E, map, el);
   Dev<int32_t> dids(ids), dmap(map), counts(el), offsets(el + 1), row_map(M * k), pair_row(M * k);
   Dev<uint32_t> err(1);
+  const int64_t seg_words = cd::permute_seg_words(M * k, el);
+  Dev<int32_t> seg(seg_words);
   cudaMemset(row_map.p, 0xFF, M * k * 4);
   cudaMemset(pair_row.p, 0x7F, M * k * 4);  // must all be overwritten
+  cudaMemset(seg.p, 0x7F, seg_words * 4);   // scratch: written before it is read
+  cudaMemset(counts.p, 0x7F, el * 4);
+  cudaMemset(err.p, 0x7F, 4);
   cd::PermuteParams p;
   p.ids = dids.p;
   p.expert_map = dmap.p;
@@ -364,6 +369,7 @@ void check_permute(const std::vector<int32_t>& ids, int64_t M, int64_t k, int64_
   p.row_map = row_map.p;
   p.pair_row = pair_row.p;
   p.error = err.p;
+  p.seg = seg.p;
   cd::launch_permute(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(counts.down(), want.counts);
@@ -400,12 +406,14 @@ TEST(Permute, OrderCountsEpMapMinusOneAndBadIds) {
   std::vector<int32_t> map(E, -1);
   for (int e = 0; e < 4; ++e) map[e] = e;
   check_permute(none, 5, 4, E, map, 4);
-  // The large-problem kernels over several block steps (8192 pairs each) with a tail,
-  // and 70 local experts (above the one-block path's 64) with two of them empty.
+  // The large-problem kernels (heuristics.h permute_segments: 5 segments of 3584 pairs
+  // at 2500 x 7, 16 of 4096 at 4096 x 16; 40000 x 16 takes 16 of 40448, several block
+  // steps of 8192 pairs each, with a tail), and 70 local experts (above the one-block
+  // path's 64) with two of them empty.
   const int64_t E2 = 96;
   std::vector<int32_t> map3(E2, -1);
   for (int e = 0; e < 70; ++e) map3[(e * 37) % E2] = e;
-  for (const auto& [M2, k2] : {std::pair<int64_t, int64_t>{2500, 7}, {4096, 16}, {3, 5}}) {
+  for (const auto& [M2, k2] : {std::pair<int64_t, int64_t>{2500, 7}, {4096, 16}, {40000, 16}, {3, 5}}) {
     std::vector<int32_t> ids(M2 * k2);
     for (auto& v : ids) {
       v = static_cast<int32_t>(rng.below(E2 + 1)) - 1;
