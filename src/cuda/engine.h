@@ -150,8 +150,10 @@ struct WorkspaceLayout {
   size_t xb_back = 0;      // f32 [M]
   size_t ib = 0;           // bf16 [M*k][Np] staged intermediate (range factor 1)
   // FP8 mode (config.precision fp8, tokens >= kFp8PrefillMinTokens; empty otherwise)
-  size_t xf = 0;           // u8 [M][Kp] x re-expressed (stage_fp8.cu), Kp = K up to 128
-  size_t xf_scale = 0;     // f32 [M][Kp/128]
+  size_t xf = 0;           // u8 [M*k][Kp] x re-expressed (stage_fp8.cu) in routed-row
+                           // order, Kp = K up to 128; inside y's range where it fits
+                           // (GEMM2 writes y after GEMM1 has read it)
+  size_t xf_scale = 0;     // f32 [M*k][Kp/128], after xf
   size_t if8 = 0;          // u8 [M*k][Np] the intermediate re-expressed
   size_t if8_scale = 0;    // f32 [M*k][Np/128]
   int gemm2_splits = 1;
@@ -249,8 +251,8 @@ struct Gemm1Params {
   /// 128 of K (stage_fp8.cu), FP8 wgmma (wgmma_fp8.cuh). Takes precedence over `prefill`.
   bool fp8 = false;
   Fp8MatView w13f8;
-  const uint8_t* xf = nullptr;
-  const float* xf_scale = nullptr;
+  const uint8_t* xf = nullptr;     // [M*k][w13f8.cols_p] staged x in routed-row order (TMA)
+  const float* xf_scale = nullptr;  // [M*k][w13f8.groups]
   /// Decode path at one token: launched as a programmatic dependent of the permutation's
   /// prologue kernel (heuristics.h use_programmatic_gemm1). Its blocks start beside the
   /// prologue, move their first weight chunks toward L2 if the routing ids (`ids`,
@@ -355,10 +357,14 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
 /// -> E4M3 codes under one scale per 128 of K (fp8mode::activation_code), zero-padded to
 /// `stride` = groups * 128, and dst_scale[row][group] = 2^(group byte - 127 + scale_shift).
 struct StageFp8Params {
-  const uint8_t* src = nullptr;        // [rows][cols] e4m3 codes
-  const uint8_t* scale = nullptr;      // [rows][cols/32]
+  const uint8_t* src = nullptr;        // [rows][cols] e4m3 codes (gathered: [tokens][cols])
+  const uint8_t* scale = nullptr;      // [rows][cols/32] (gathered: [tokens][cols/32])
   int64_t rows = 0;
   const int32_t* live_rows = nullptr;  // device count of rows in use, or null (all)
+  /// Gathered (GEMM1's x in routed-row order): row r takes source row row_map[r] / top_k;
+  /// null: row r takes source row r.
+  const int32_t* row_map = nullptr;
+  int64_t top_k = 1;
   int64_t cols = 0, stride = 0;
   uint8_t* dst = nullptr;              // [rows][stride]
   float* dst_scale = nullptr;          // [rows][stride/128]

@@ -360,9 +360,9 @@ __global__ void __launch_bounds__(F8Cta<false>::kThreads, 1)
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
   const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
-                     .groups = p.w2f8.groups, .b = p.if8, .bs = p.if8_scale, .row_map = nullptr,
-                     .top_k = 1, .counts = p.counts, .offsets = p.offsets, .num_local = p.num_local};
-  f8_run<true, kRowScale>(o, f8_smem, [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales,
+                     .groups = p.w2f8.groups, .bs = p.if8_scale, .counts = p.counts,
+                     .offsets = p.offsets, .num_local = p.num_local};
+  f8_run<kRowScale>(o, f8_smem, [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales,
                                           const PfTile& tile, int wg, const F8Ring&) {
     f8_store_y<kRowScale>(p, acc, row_scales, tile, wg);
   });

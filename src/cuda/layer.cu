@@ -346,13 +346,22 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
   l.gemm2_splits = cuda_detail::gemm2_splits(
       tokens, plan_fast(tokens, fp8_mid, cfg.intermediate / kMxBlock, FastGemm::kGemm2).ok,
       cfg.has_bias);
-  l.y = take(static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4);
+  const size_t y_bytes = static_cast<size_t>(gemm2_y_rows(tokens, splittable)) * k * K * 4;
+  l.y = take(y_bytes);
   l.back = take(pairs * 4);
   if (use_fp8_prefill(tokens, cfg.precision == Precision::FP8)) {
     // The FP8 mode replaces the prefill path at these sizes: its buffers instead.
     const size_t Kg = (K + 127) / 128, Ng = (N + 127) / 128;
-    l.xf = take(M * Kg * 128);
-    l.xf_scale = take(M * Kg * 4);
+    // x in routed-row order (GEMM1's token rows by TMA) lives in y's range where it fits:
+    // only GEMM1 reads it, and GEMM2, which writes y, starts after GEMM1 ends.
+    const size_t xf_bytes = align256(pairs * Kg * 128) + pairs * Kg * 4;
+    if (xf_bytes <= y_bytes) {
+      l.xf = l.y;
+      l.xf_scale = l.y + align256(pairs * Kg * 128);
+    } else {
+      l.xf = take(pairs * Kg * 128);
+      l.xf_scale = take(pairs * Kg * 4);
+    }
     l.if8 = take(pairs * Ng * 128);
     l.if8_scale = take(pairs * Ng * 4);
   } else if (use_prefill(tokens, true)) {
@@ -705,8 +714,10 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   StageBf16Params sx;
   StageFp8Params fx;
   if (fp8) {
-    fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = M, .cols = K,
-                        .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
+    // Gathered into routed-row order (GEMM1 takes the tile's token rows by TMA).
+    fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = M * k,
+                        .live_rows = pp.offsets + pp.num_local, .row_map = pp.row_map, .top_k = k,
+                        .cols = K, .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
                         .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale),
                         .scale_shift = fp8_scale_shift(s.f13)};
     launch_stage_fp8(fx, st);

@@ -1,6 +1,7 @@
 // stage_fp8.cu — the FP8 mode's activation staging (fp8_mode.h, wgmma_fp8.cuh): MXFP8
 // rows (E4M3 codes, one E8M0 scale per 32) -> E4M3 codes under one power-of-two scale per
-// group of 128 along K, once per forward for x and for the intermediate.
+// group of 128 along K, once per forward for x (gathered into routed-row order, so that
+// GEMM1 takes its token rows by TMA) and for the intermediate.
 //
 // A group's byte T is the largest scale byte of its blocks that hold a nonzero code or a
 // NaN scale (an all-zero block adds nothing whatever its scale; a NaN scale poisons the
@@ -56,8 +57,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_fp8_kernel(const Sta
   if (p.live_rows != nullptr && row >= *p.live_rows) return;  // warp-uniform
   const int kb = static_cast<int>(p.cols / kMxBlock);
   const int groups = static_cast<int>(p.stride / fp8mode::kGroup);
-  const uint8_t* src = p.src + row * p.cols;
-  const uint8_t* sc = p.scale + row * kb;
+  const int64_t src_row = p.row_map != nullptr ? p.row_map[row] / p.top_k : row;  // warp-uniform
+  const uint8_t* src = p.src + src_row * p.cols;
+  const uint8_t* sc = p.scale + src_row * kb;
   for (int g0 = 0; g0 < groups; g0 += 4 * kPasses) {
     uint4 in[kPasses];
     uint8_t bytes[kPasses];
@@ -114,6 +116,8 @@ void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream) {
                       p.stride < p.cols + fp8mode::kGroup,
                   "StageFp8Params.stride", p.stride, ": needs cols ", p.cols,
                   " rounded up to a multiple of ", fp8mode::kGroup);
+  MXMOE_CHECK_ARG(p.row_map == nullptr || p.top_k >= 1, "StageFp8Params.top_k", p.top_k,
+                  ": a gathered staging needs top_k >= 1");
   if (p.rows == 0) return;
   const unsigned grid = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   stage_fp8_kernel<<<grid, kRowsPerBlock * 32, 0, stream>>>(p);

@@ -14,12 +14,12 @@
 //
 // CTA = 3 warpgroups (GEMM2) or 4 (GEMM1; F8Cta), a grid of one CTA per SM looping over
 // tiles:
-//   warpgroup 0 (producer): each group's 128 weight rows (one TMA box) and 128 token rows
-//     (cp.async in GEMM1, which gathers them by token; one more TMA box in GEMM2), 128
-//     bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales, into a
-//     ring of kF8Stages stages (the row scales are read by the consumers once per tile
-//     instead); a stage's `full` mbarrier completes on the TMA bytes and on each
-//     producer thread's arrival once its copies have landed (cp_async_arrive_noinc).
+//   warpgroup 0 (producer): each group's 128 weight rows and 128 token rows (one TMA box
+//     each; the token rows are staged in routed-row order, stage_fp8.cu), 128 bytes each,
+//     128-byte swizzled (the wgmma K-major layout), and their scales, into a ring of
+//     kF8Stages stages (the row scales are read by the consumers once per tile instead);
+//     a stage's `full` mbarrier completes on the TMA bytes and on each producer thread's
+//     arrival once its scale copy has landed (cp_async_arrive_noinc).
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns tokens [64c, 64c + 64) of the
 //     tile and all 128 weight rows of the block: 64 + 64 fp32 registers (accumulator and
 //     scratch).
@@ -94,35 +94,33 @@ inline void f8_check_registers(const void* kernel, const char* name) {
 /// TMA map of FP8 weight codes [rows][cols_p] (all experts' padded rows), boxes of one
 /// 128-byte group of 128 rows, 128-byte swizzled (tensor_map.cu).
 CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p);
-/// TMA map of `count` staged E4M3 rows of cols_p bytes (GEMM2's intermediate, routed-row
-/// order), boxes of one 128-byte group of a 128-token tile, 128-byte swizzled; rows past
-/// `count` read as zeros (tensor_map.cu).
+/// TMA map of `count` staged E4M3 rows of cols_p bytes (GEMM1's x and GEMM2's intermediate,
+/// routed-row order), boxes of one 128-byte group of a 128-token tile, 128-byte swizzled;
+/// rows past `count` read as zeros (tensor_map.cu).
 CUtensorMap fp8_staged_rows_map(const uint8_t* rows, int64_t count, int64_t cols_p);
 
 /// What the producer streams.
 struct F8Operands {
   const CUtensorMap* wmap = nullptr; // weight codes [E][rows_p][cols_p] (fp8_codes_map, a kernel parameter)
-  const CUtensorMap* bmap = nullptr; // GEMM2: `b` as fp8_staged_rows_map (a kernel parameter)
+  const CUtensorMap* bmap = nullptr; // staged activation codes [routed rows][groups * 128]
+                                     // (fp8_staged_rows_map, a kernel parameter)
   const float* ws = nullptr;         // scales [E][groups][rows_p], or [E][rows_p] (kRowScale)
   int rows_p = 0, groups = 0;
-  const uint8_t* b = nullptr;        // staged activation codes [rows][groups * 128]
-  const float* bs = nullptr;         // their scales [rows][groups]
-  const int32_t* row_map = nullptr;  // GEMM1: routed row -> pair (B row = pair / top_k);
-  int top_k = 1;                     // null: B row = routed row (GEMM2)
+  const float* bs = nullptr;         // the activations' scales [routed rows][groups]
   const int32_t* counts = nullptr;
   const int32_t* offsets = nullptr;
   int num_local = 0;
   __device__ int rb_count() const { return rows_p / kF8Rows; }
 };
 
-/// Arrivals that complete a stage: every producer thread's once its cp.async copies have
-/// landed, and thread 0's arming of the weights' TMA bytes.
+/// Arrivals that complete a stage: every producer thread's once its cp.async scale copy has
+/// landed, and thread 0's arming of the TMA bytes.
 inline constexpr uint32_t kF8FullArrivals = 128 + 1;
 
 /// The ring in dynamic shared memory, and GEMM1's staged tile.
 struct F8Ring {
   uint8_t* stages;         // [kF8Stages][kF8StageBytes], 1024-aligned
-  uint64_t* full;          // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes (weights; GEMM2's token rows)
+  uint64_t* full;          // [kF8Stages]: kF8FullArrivals arrivals and the TMA bytes
   uint64_t* empty;         // [kF8Stages]: 256 consumer-thread arrivals
   float* staged;           // kDrain: [kF8StagedBytes / 4] (f8_staged_index), else null
   uint64_t* staged_full;   // kDrain: 256 consumer-thread arrivals once a tile is staged
@@ -163,86 +161,60 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   return r;
 }
 
-/// Producer warpgroup (threads 0..127): per group, thread 0 hands the 128 weight rows (one
-/// TMA box, swizzled as the cp.async copies of the token rows are) and their 128 scales
-/// (one bulk copy) to the TMA engine, and thread i copies the scale of token row i and,
-/// for gathered rows (GEMM1), 16-byte piece i & 7 of token rows (i >> 3) + 16m (m < 8).
-/// kTmaB (GEMM2, contiguous rows, `bmap`): thread 0 copies the tile's 128 token rows as
-/// one more box instead; rows past the expert's are the next expert's or, past the
-/// buffer, zeros, and their scales zeros: their accumulator columns are never stored.
-/// That takes the producer's loop from ~200 instructions per warp and group to ~70.
+/// Producer warpgroup (threads 0..127): per group, lane 0 of one warp (warp n % 4 for the
+/// n-th group, so that the four schedulers share the work) hands the 128 weight rows and
+/// the tile's 128 token rows (one TMA box each, 128-byte swizzled) and the weights' 128
+/// scales (one bulk copy) to the TMA engine, and thread i copies the scale of token row i.
+/// The token rows are the expert's routed rows, staged in that order (stage_fp8.cu): rows
+/// past the expert's are the next expert's or, past the buffer, zeros, and their scales
+/// zeros: their accumulator rows are never stored.
 /// kRowScale (the row form): no weight scales per group.
+/// Why TMA for GEMM1's token rows too: gathered by token with cp.async (8 copies of 16
+/// bytes per thread and group), the producer warp issued ~94 instructions per group on
+/// the scheduler it shares with two consumer warps and a drain warp, the busiest of the
+/// four (session 39); staging x in routed-row order costs a write of 16x x's bytes
+/// (PERFORMANCE.md, session 40). GEMM2's producer went from ~200 instructions per warp
+/// and group to ~70 the same way (session 33).
 /// Each thread arrives on the stage's `full` through cp_async_arrive_noinc, which the
-/// copy engine makes once the thread's copies have landed, so no thread waits for its
+/// copy engine makes once the thread's copy has landed, so no thread waits for its
 /// copies: every stage of the ring can be in flight and is published as soon as it
 /// lands. Before (session 36) each thread waited for its copies two groups later, which
 /// held at most 3 groups in flight; publishing by arrival is 1.7-2.4% faster at
 /// M=512..1024, 0.6-1.3% at 4096 (PERFORMANCE.md).
-template <bool kTmaB, bool kRowScale>
+template <bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const int i = threadIdx.x;
-  const int c = i & 7, r0 = i >> 3;
-  // Token row r0 + 16m of a stage at b_dst + 16m rows (the swizzle's r & 7 is r0 & 7 for
-  // every m).
-  const int b_dst = kF8StageB + r0 * kF8Group + ((c ^ (r0 & 7)) << 4);
   const int rb_count = o.rb_count();
-  const int64_t bstride = static_cast<int64_t>(o.groups) * kF8Group;
   uint32_t n = 0;
   F8Cursor fill;
   PfWalk at;
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
     if (t.e < 0) break;
-    const int count = o.counts[t.e], off = o.offsets[t.e];
-    const auto b_row = [&](int row) -> int64_t {  // staged row of tile row `row` (< count)
-      const int64_t grow = off + row;
-      return o.row_map != nullptr ? o.row_map[grow] / o.top_k : grow;
-    };
-    // Every source is a base set up once per tile plus the group's offset, without selects:
-    // group 0 of token row r0 + 16m's piece, or (bit m of `live` clear: past the expert's
-    // rows) of row 0's, copied as zeros (source size 0, never read); the same for the token
-    // scale of row i. Why: the per-group address arithmetic (row or -1, select, 64-bit
-    // multiply, the base reloaded from the parameters) came to ~170 instructions per warp
-    // and group, and the producer warp, which shares its scheduler with two consumer warps
-    // and a drain warp, was the busiest warp of the CTA: the consumers waited for it ~17% of
-    // their time (ncu, session 37). pf_producer sets its sources up per tile the same way.
-    const uint8_t* b_src[8];
-    uint32_t live = 0;
-    if constexpr (!kTmaB) {
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const int row = t.tt * kPfTokens + r0 + 16 * m;
-        const bool ok = row < count;
-        b_src[m] = o.b + (ok ? b_row(row) * bstride : 0) + c * 16;
-        live |= static_cast<uint32_t>(ok) << m;
-      }
-    }
+    const int count = o.counts[t.e];
+    const int brow0 = o.offsets[t.e] + t.tt * kPfTokens;  // the tile's first routed row
+    // The token scale of row i, or (past the expert's rows) row 0's copied as zeros
+    // (source size 0, never read): a base set up once per tile plus the group's offset.
     const bool my_ok = t.tt * kPfTokens + i < count;
-    const float* s_src = o.bs + (my_ok ? b_row(t.tt * kPfTokens + i) * o.groups : 0);
-    const int brow0 = off + t.tt * kPfTokens;  // kTmaB: the tile's first row in the map
+    const float* s_src = o.bs + (my_ok ? static_cast<int64_t>(brow0 + i) * o.groups : 0);
     const int wrow = t.e * o.rows_p + t.rb * kF8Rows;  // the block's first row in the map
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
     for (int kg = 0; kg < o.groups; ++kg) {
       const int s = fill.stage;
       if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
       uint8_t* st = ring.stages + s * kF8StageBytes;
-      if (i == 0) {
+      if (static_cast<uint32_t>(i) == 32u * (n & 3u)) {
         constexpr uint32_t kScaleBytes = kRowScale ? 0 : kF8Rows * 4;
-        constexpr uint32_t kBytes = kF8Rows * kF8Group + (kTmaB ? kPfTokens * kF8Group : 0) + kScaleBytes;
+        constexpr uint32_t kBytes = kF8Rows * kF8Group + kPfTokens * kF8Group + kScaleBytes;
         mbar_arrive_expect_tx(&ring.full[s], kBytes);
         tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
-        if constexpr (kTmaB) tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
+        tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
         if constexpr (!kRowScale)
           bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
                            &ring.full[s]);
       }
-      if constexpr (!kTmaB) {
-#pragma unroll
-        for (int m = 0; m < 8; ++m)
-          cp_async_16_zfill(st + b_dst + 16 * kF8Group * m, b_src[m] + kg * kF8Group, (live >> m) & 1u ? 16u : 0u);
-      }
       cp_async_4_zfill(st + kF8StageSB + i * 4, s_src + kg, my_ok ? 4u : 0u);
-      cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copies have landed
+      cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copy has landed
       ++n;
       fill.advance();
     }
@@ -262,7 +234,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// bytes to the registers, broadcast or not) were ~30% of the shared-memory pipe's work
 /// next to the wgmmas' own operand reads (ncu, session 37: the pipe 67-71% busy).
 /// The group form's weight scales are now the 32 per thread (16 LDS.64).
-template <bool kTmaB, bool kRowScale>
+template <bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
                                             int groups, int wg) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -275,9 +247,9 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   for (int kg = 0; kg < groups; ++kg) {
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
-    // The producers' cp.async rows (GEMM1), for the wgmmas (async proxy). Rows by TMA
-    // (GEMM2) are async-proxy writes already, ordered by the barrier's completion.
-    if constexpr (!kTmaB) fence_proxy_async_shared();
+    // No proxy fence: both operands are TMA (async-proxy) writes, ordered before the
+    // wgmmas by the barrier's completion; the scales, which come by cp.async, are read by
+    // LDS. (Dropping it from GEMM2 took the FP8 layer -2.6% at M=4096, session 40.)
     const uint8_t* st = ring.stages + s * kF8StageBytes;
     const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
     const uint64_t db = smem_desc_k128(st + kF8StageA);
@@ -334,15 +306,14 @@ struct F8NoDrain {};
 
 /// Body of both FP8 kernels: the ring, the producer warpgroup, and the consumers' tile
 /// loop, which hands each tile's accumulator to `epilogue(acc, row_scales, tile, wg, ring)`
-/// (row_scales: F8RowScales, for the epilogue to apply). kTmaB: the token rows by TMA
-/// (f8_producer; GEMM2). kRowScale: the weights' row form.
+/// (row_scales: F8RowScales, for the epilogue to apply). kRowScale: the weights' row form.
 /// With a drain (GEMM1, F8Cta<true>): the consumers' epilogue only stages the tile in
 /// shared memory (ring.staged), and warpgroup 3 runs `drain(tile, ring.staged)` on it
 /// while the consumers go on with the next tile's mainloop; staged_full and staged_empty
 /// hand the one staged tile back and forth. Why: GEMM1's activation and quantization kept
 /// both consumer warpgroups, and so the tensor cores, away from the mainloop for ~30% of
 /// GEMM1's time (without them the FP8 layer took 22% less at M=4096; session 36).
-template <bool kTmaB, bool kRowScale, class Epilogue, class Drain = F8NoDrain>
+template <bool kRowScale, class Epilogue, class Drain = F8NoDrain>
 __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, Epilogue&& epilogue,
                                        Drain&& drain = {}) {
   constexpr bool kDrain = !std::is_same_v<std::decay_t<Drain>, F8NoDrain>;
@@ -357,7 +328,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   // more never returns).
   if (wg == 0) {
     setmaxnreg_dec<Cta::kProducerRegs>();
-    f8_producer<kTmaB, kRowScale>(o, ring);
+    f8_producer<kRowScale>(o, ring);
     return;
   }
   if constexpr (kDrain) {
@@ -381,7 +352,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
     if (tile.e < 0) break;
     float acc[64];
-    f8_mainloop<kTmaB, kRowScale>(acc, ring, cur, o.groups, wg - 1);
+    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }

@@ -1938,6 +1938,37 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
       }
     EXPECT_EQ(bad, 0);
     EXPECT_GT(rounded, 100) << "the cases must reach the rounding path";
+
+    // Gathered (GEMM1's x in routed-row order): row r is source row row_map[r] / top_k's
+    // staging above, bit for bit; rows from *live_rows on are not written.
+    const int64_t top_k = 3, routed = rows * top_k, live = routed - 5;
+    std::vector<int32_t> row_map(routed);
+    for (auto& v : row_map) v = static_cast<int32_t>(rng.below(static_cast<uint64_t>(routed)));
+    Dev<int32_t> dmap(row_map), dlive(std::vector<int32_t>{static_cast<int32_t>(live)});
+    Dev<uint8_t> gdst(routed * stride);
+    Dev<float> gscale(routed * groups);
+    cudaMemset(gdst.p, 0xAA, gdst.n);
+    cudaMemset(gscale.p, 0xFF, gscale.n * 4);
+    cd::StageFp8Params gp = p;
+    gp.rows = routed;
+    gp.live_rows = dlive.p;
+    gp.row_map = dmap.p;
+    gp.top_k = top_k;
+    gp.dst = gdst.p;
+    gp.dst_scale = gscale.p;
+    cd::launch_stage_fp8(gp, nullptr);
+    CK(cudaDeviceSynchronize());
+    const auto gathered = gdst.down();
+    const auto gathered_s = gscale.down();
+    int64_t gbad = 0;
+    for (int64_t r = 0; r < routed; ++r) {
+      const int64_t src = row_map[r] / top_k;
+      for (int64_t c = 0; c < stride; ++c)
+        gbad += gathered[r * stride + c] != (r < live ? got[src * stride + c] : uint8_t{0xAA});
+      for (int64_t g = 0; g < groups; ++g)
+        gbad += fbits(gathered_s[r * groups + g]) != (r < live ? fbits(got_s[src * groups + g]) : 0xFFFFFFFFu);
+    }
+    EXPECT_EQ(gbad, 0) << "gathered staging";
   }
 }
 
@@ -2212,6 +2243,11 @@ TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
         const size_t pairs = static_cast<size_t>(M * cfg->top_k);
         EXPECT_GE(L.if8_scale - L.if8, pairs * static_cast<size_t>(cfg->intermediate)) << "M=" << M;
         EXPECT_GE(L.total - L.if8_scale, pairs * static_cast<size_t>(cfg->intermediate / 128) * 4) << "M=" << M;
+        // x staged in routed-row order, inside y's range (free until GEMM2) where it fits.
+        const size_t kg = static_cast<size_t>((cfg->hidden + 127) / 128);
+        EXPECT_GE(L.xf_scale - L.xf, pairs * kg * 128) << "M=" << M;
+        EXPECT_EQ(L.xf, L.y) << "M=" << M;
+        EXPECT_LE(L.xf_scale + pairs * kg * 4, L.back) << "M=" << M;
       }
     }
   }
