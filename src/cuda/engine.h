@@ -130,7 +130,8 @@ struct WorkspaceLayout {
   size_t xq_scale = 0;     // u8 [M][K/32]
   size_t inter = 0;        // [M*k][N] e4m3 codes or bf16 (the exact prefill path: ib instead)
   size_t inter_scale = 0;  // u8 [M*k][N/32] (MXFP8 intermediate)
-  size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row
+  size_t y = 0;            // f32 [splits][M*k][K] GEMM2 result (or split partials) per routed row; the FP8 mode
+                           // writes BF16 [M*k][K] in its first half (Gemm2Params::y_bf16)
   size_t back = 0;         // f32 [M*k] range factor per routed row (split GEMM2)
   // prefill path (tokens >= kPrefillMinTokens; in FP8 mode below kFp8PrefillMinTokens only;
   // empty otherwise)
@@ -280,6 +281,9 @@ struct Gemm2Params {
   int64_t tokens = 0, top_k = 0, hidden = 0, intermediate = 0;
   int num_local = 0;
   float* y = nullptr;                // [M*k][K]
+  /// FP8 mode (fp8): its kernel writes y as BF16 here instead, [M*k][K], each value rounded
+  /// to nearest even (bf16x2_rn): half the bytes for GEMM2 to write and finalize to read.
+  uint16_t* y_bf16 = nullptr;
   /// Decode path only, no bias (heuristics.h gemm2_splits): split s of the reduction
   /// writes its unscaled partial to y + s * split_stride and split 0 the row range
   /// factors to back[row]; finalize combines them.
@@ -319,6 +323,7 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p);
 
 struct FinalizeParams {
   const float* y = nullptr;
+  const uint16_t* y_bf16 = nullptr;  // non-null (FP8 mode, Gemm2Params::y_bf16): y as BF16, y unused
   const int32_t* pair_row = nullptr;
   const float* weights = nullptr;  // [M][k]
   int64_t tokens = 0, top_k = 0, hidden = 0;

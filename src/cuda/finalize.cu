@@ -16,12 +16,14 @@ constexpr int kThreads = 256;
 
 /// kMaxSplits: 1 when GEMM2 did not split (the loads and registers of the unsplit case
 /// stay minimal: at M >= 1024 a 4-split array of values cost 2.7%), else kGemm2MaxSplits.
-/// kVec: output columns per thread, 4 (16-byte loads of y) where launch_finalize finds
-/// the rows aligned for it, else 1. Each column keeps its own fma chain, so the result
-/// does not depend on kVec.
-template <bool kFp32Out, int kMaxSplits, int kVec>
+/// kVec: output columns per thread, 16 bytes of y (4 fp32 values, or 8 BF16 ones) where
+/// launch_finalize finds the rows aligned for it, else 1. Each column keeps its own fma
+/// chain, so the result does not depend on kVec.
+/// kBf16Y: y holds BF16 values (FP8 mode, FinalizeParams::y_bf16), never split.
+template <bool kFp32Out, int kMaxSplits, int kVec, bool kBf16Y = false>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams p) {
-  static_assert(kVec == 1 || (kVec == 4 && kMaxSplits == 1), "16-byte columns only unsplit");
+  static_assert(kVec == 1 || (kVec == (kBf16Y ? 8 : 4) && kMaxSplits == 1), "16-byte columns only unsplit");
+  static_assert(!kBf16Y || kMaxSplits == 1, "a BF16 y is never split");
   const int64_t t = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x) * kVec;
   // Latency, not bandwidth, sets this kernel's time at decode sizes (a few KB of y per
@@ -68,7 +70,24 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       back[i] = 1.0f;
-      const float* yr = p.y + static_cast<int64_t>(r[i] < 0 ? 0 : r[i]) * p.hidden + c;
+      const int64_t y_at = static_cast<int64_t>(r[i] < 0 ? 0 : r[i]) * p.hidden + c;
+      if constexpr (kBf16Y) {
+        // A BF16 value's float is its bits in the upper half.
+        const uint16_t* yr = p.y_bf16 + y_at;
+        if constexpr (kVec == 8) {
+          const uint4 u = r[i] >= 0 ? *reinterpret_cast<const uint4*>(yr) : make_uint4(0, 0, 0, 0);
+          const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            v[i][0][2 * q] = __uint_as_float(words[q] << 16);
+            v[i][0][2 * q + 1] = __uint_as_float(words[q] & 0xFFFF0000u);
+          }
+        } else {
+          v[i][0][0] = r[i] >= 0 ? fmt::bf16_to_float(yr[0]) : 0.0f;
+        }
+        continue;
+      }
+      const float* yr = p.y + y_at;
 #pragma unroll
       for (int sp = 0; sp < kMaxSplits; ++sp) {
         const bool ok = r[i] >= 0 && sp < splits;
@@ -105,14 +124,22 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
   for (int q = 0; q < kVec; ++q) acc[q] = acc[q] * p.output_scale;
   if constexpr (kFp32Out) {
     float* o = static_cast<float*>(p.out) + t * p.hidden + c;
-    if constexpr (kVec == 4) *reinterpret_cast<float4*>(o) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    else o[0] = acc[0];
+    if constexpr (kVec > 1) {
+#pragma unroll
+      for (int q = 0; q < kVec; q += 4)
+        *reinterpret_cast<float4*>(o + q) = make_float4(acc[q], acc[q + 1], acc[q + 2], acc[q + 3]);
+    } else {
+      o[0] = acc[0];
+    }
   } else {
     uint16_t* o = static_cast<uint16_t*>(p.out) + t * p.hidden + c;
-    if constexpr (kVec == 4) {
-      *reinterpret_cast<uint2*>(o) =
-          make_uint2(fmt::float_to_bf16(acc[0]) | static_cast<uint32_t>(fmt::float_to_bf16(acc[1])) << 16,
-                     fmt::float_to_bf16(acc[2]) | static_cast<uint32_t>(fmt::float_to_bf16(acc[3])) << 16);
+    if constexpr (kVec > 1) {
+      uint32_t w[kVec / 2];
+#pragma unroll
+      for (int q = 0; q < kVec / 2; ++q)
+        w[q] = fmt::float_to_bf16(acc[2 * q]) | static_cast<uint32_t>(fmt::float_to_bf16(acc[2 * q + 1])) << 16;
+      if constexpr (kVec == 4) *reinterpret_cast<uint2*>(o) = make_uint2(w[0], w[1]);
+      else *reinterpret_cast<uint4*>(o) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
       o[0] = fmt::float_to_bf16(acc[0]);
     }
@@ -124,16 +151,24 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const FinalizeParams
 void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
   MXMOE_CHECK_ARG(p.splits >= 1 && p.splits <= kGemm2MaxSplits, "FinalizeParams.splits", p.splits,
                   ": needs 1..", kGemm2MaxSplits);
+  const bool bf16_y = p.y_bf16 != nullptr;
+  MXMOE_CHECK_ARG(!bf16_y || p.splits == 1, "FinalizeParams.y_bf16", "a BF16 y is never split; splits ",
+                  p.splits);
   const bool split = p.splits > 1 && p.back != nullptr;
   // 16-byte columns: unsplit, and every row of y and of the output starts 16-byte aligned.
   const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  const bool vec = !split && p.hidden % 4 == 0 && aligned16(p.y) && aligned16(p.out);
-  const int cols = vec ? 4 * kThreads : kThreads;
+  const int vec_cols = bf16_y ? 8 : 4;
+  const bool vec = !split && p.hidden % vec_cols == 0 &&
+                   aligned16(bf16_y ? static_cast<const void*>(p.y_bf16) : p.y) && aligned16(p.out);
+  const int cols = vec ? vec_cols * kThreads : kThreads;
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.hidden + cols - 1) / cols));
-  auto* kernel = p.out_fp32 ? (split ? finalize_kernel<true, kGemm2MaxSplits, 1>
-                                     : vec ? finalize_kernel<true, 1, 4> : finalize_kernel<true, 1, 1>)
-                            : (split ? finalize_kernel<false, kGemm2MaxSplits, 1>
-                                     : vec ? finalize_kernel<false, 1, 4> : finalize_kernel<false, 1, 1>);
+  auto* kernel =
+      bf16_y ? (p.out_fp32 ? (vec ? finalize_kernel<true, 1, 8, true> : finalize_kernel<true, 1, 1, true>)
+                           : (vec ? finalize_kernel<false, 1, 8, true> : finalize_kernel<false, 1, 1, true>))
+      : p.out_fp32 ? (split ? finalize_kernel<true, kGemm2MaxSplits, 1>
+                            : vec ? finalize_kernel<true, 1, 4> : finalize_kernel<true, 1, 1>)
+                   : (split ? finalize_kernel<false, kGemm2MaxSplits, 1>
+                            : vec ? finalize_kernel<false, 1, 4> : finalize_kernel<false, 1, 1>);
   launch_kernel(kernel, grid, dim3(kThreads), 0, stream, p.programmatic, p);
   MXMOE_LAUNCH_CHECK("finalize_kernel");
 }

@@ -317,7 +317,8 @@ __device__ __forceinline__ void pf_store_y(const Gemm2Params& p, const float (&a
 // (f8_mainloop), every scale but the row form's applied (no range factor).
 #if defined(MXMOE_SM90A)
 /// The FP8 kernel's epilogue: y = acc * row scale + bias (one FFMA: F8RowScales; no bias
-/// adds -0, which leaves every value as it is), a float2 per row and column pair. The
+/// adds -0, which leaves every value as it is), rounded to BF16, a bf16x2 per row and
+/// column pair (Gemm2Params::y_bf16: finalize then reads 2 bytes a value instead of 4). The
 /// biases and scales are read before the first store, which may alias them (as
 /// pf_store_y).
 template <bool kRowScale>
@@ -337,16 +338,16 @@ __device__ __forceinline__ void f8_store_y(const Gemm2Params& p, const float (&a
   }
   const int n = 64 * wg + 16 * warp + g;
   const int rows_left = p.counts[tile.e] - tile.tt * kPfTokens - n;  // row n + 8h exists below it
-  float* y = p.y + (static_cast<int64_t>(p.offsets[tile.e]) + tile.tt * kPfTokens + n) * K + col0;
+  uint16_t* y = p.y_bf16 + (static_cast<int64_t>(p.offsets[tile.e]) + tile.tt * kPfTokens + n) * K + col0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (8 * h >= rows_left) break;
-    float* yr = y + static_cast<int64_t>(8 * h) * K;
+    uint16_t* yr = y + static_cast<int64_t>(8 * h) * K;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       if (col0 + 8 * j < K)
-        *reinterpret_cast<float2*>(yr + 8 * j) =
-            make_float2(fmaf(acc[4 * j + 2 * h], s[j].x, b[j].x), fmaf(acc[4 * j + 2 * h + 1], s[j].y, b[j].y));
+        *reinterpret_cast<uint32_t*>(yr + 8 * j) =
+            bf16x2_rn(fmaf(acc[4 * j + 2 * h], s[j].x, b[j].x), fmaf(acc[4 * j + 2 * h + 1], s[j].y, b[j].y));
   }
 }
 #endif
@@ -450,6 +451,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
                         p.splits == 1 && p.w2f8.rows_p % kF8Rows == 0,
                     "Gemm2Params.if8", "the FP8 mode needs the staged intermediate and its "
                     "scales, the FP8 weights and no split");
+    MXMOE_CHECK_ARG(p.y_bf16 != nullptr && p.hidden % 2 == 0, "Gemm2Params.y_bf16",
+                    "the FP8 mode writes y as BF16 pairs: needs y_bf16 and an even K, K = ", p.hidden);
     with_bool(p.w2f8.row_scale, [&](auto row_c) {
       const auto kernel = gemm2_fp8_kernel<decltype(row_c)::value>;
       using Cta = F8Cta<false>;

@@ -841,11 +841,13 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.w2f8 = fp8_view(s.w2c, s.w2g, s.f2);
     g2.if8 = fi.dst;
     g2.if8_scale = fi.dst_scale;
+    g2.y_bf16 = reinterpret_cast<uint16_t*>(g2.y);  // y's range, half of it (docs/FP8_MODE.md)
   }
   launch_gemm2(g2, st);
 
   FinalizeParams fp;
   fp.y = g2.y;
+  fp.y_bf16 = g2.y_bf16;
   fp.pair_row = pp.pair_row;
   fp.weights = wts;
   fp.tokens = M;

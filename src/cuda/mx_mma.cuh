@@ -161,6 +161,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two) {
   return e4m3_to_bf16_bits(two & 0xFFu) | (e4m3_to_bf16_bits((two >> 8) & 0xFFu) << 16);
 }
 
+/// Two floats -> bf16x2 (lo in the low half), one instruction (cvt.rn.bf16x2.f32): each
+/// lane as fmt::float_to_bf16 (round to nearest even, subnormals kept, a finite value past
+/// BF16's largest to infinity), except that a NaN comes out as the canonical 0x7FFF.
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  const __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
 /// f16x2 product of two f16x2 bit patterns (round to nearest, subnormals kept).
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));

@@ -502,6 +502,31 @@ TEST(Formats, DeviceE4m3ConversionEqualsDefinitionForEveryFloat) {
   EXPECT_EQ(bad.down()[0], 0ull);
 }
 
+__global__ void bf16_all_floats_kernel(uint32_t hi, unsigned long long* mismatches) {
+  const uint32_t u = (hi << 24) | (blockIdx.x * blockDim.x + threadIdx.x);
+  const float x = fmt::bits_float(u), y = fmt::bits_float(u ^ 0x80000000u);
+  const uint32_t pair = cd::bf16x2_rn(x, y);
+  const uint16_t got[2] = {static_cast<uint16_t>(pair), static_cast<uint16_t>(pair >> 16)};
+  const float in[2] = {x, y};
+  for (int h = 0; h < 2; ++h) {
+    const uint16_t want = fmt::float_to_bf16(in[h]);
+    const bool nan_want = (want & 0x7FFFu) > 0x7F80u, nan_got = (got[h] & 0x7FFFu) > 0x7F80u;
+    if (nan_want ? !nan_got : got[h] != want) atomicAdd(mismatches, 1ull);
+  }
+}
+
+// The FP8 GEMM2's BF16 y (bf16x2_rn, the hardware's pair conversion) against formats.h's
+// float_to_bf16 for every one of the 2^32 floats, each lane (ties to even, subnormals,
+// overflow to infinity, infinities; a NaN stays a NaN, its payload not compared).
+TEST(Formats, DeviceBf16PairConversionEqualsDefinitionForEveryFloat) {
+  REQUIRE_GPU();
+  Dev<unsigned long long> bad(1);
+  cudaMemset(bad.p, 0, sizeof(unsigned long long));
+  for (uint32_t hi = 0; hi < 256; ++hi) bf16_all_floats_kernel<<<(1u << 24) / 256, 256>>>(hi, bad.p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(bad.down()[0], 0ull);
+}
+
 // ---------------------------------------------------------------- prefill operands
 
 __global__ void fp4_bf16_kernel(const uint32_t* words, int nwords, uint32_t* out) {
@@ -1460,12 +1485,18 @@ TEST(DISABLED_Timing, KimiDecodeStages) {
 
 TEST(Finalize, SlotOrderFmaChainBitExactBf16AndFp32) {
   REQUIRE_GPU();
-  // K = 300 with aligned outputs takes the 16-byte column kernel; K = 301, or an output
-  // one element off alignment, the one-column kernel; k = 17 runs two slot batches.
+  // K = 300 with aligned outputs takes the 16-byte column kernel (fp32 y); K = 304 that
+  // kernel for a BF16 y too (FinalizeParams::y_bf16, 8 columns a thread); K = 301, a BF16
+  // y at K = 300, or an output one element off alignment, the one-column kernel; k = 17
+  // runs two slot batches.
   struct Shape {
     int64_t K, k, out_offset;
   };
-  for (const Shape sh : {Shape{300, 5, 0}, Shape{301, 17, 0}, Shape{300, 5, 1}}) {
+  const Shape shapes[] = {{300, 5, 0}, {301, 17, 0}, {300, 5, 1}, {304, 16, 0}, {304, 17, 1}};
+  for (int run = 0; run < 2 * 5; ++run) {
+    const Shape sh = shapes[run / 2];
+    const bool bf16_y = run % 2 == 1;
+    SCOPED_TRACE(bf16_y ? "bf16 y" : "fp32 y");
     const int64_t M = 9, k = sh.k, K = sh.K, off = sh.out_offset;
     Rng rng(9 + K + k + off);
     std::vector<int32_t> pair_row(M * k);
@@ -1473,16 +1504,23 @@ TEST(Finalize, SlotOrderFmaChainBitExactBf16AndFp32) {
     for (auto& v : pair_row) v = rng.below(4) == 0 ? -1 : next++;
     for (int64_t j = 0; j < k; ++j) pair_row[3 * k + j] = -1;  // token without local expert
     std::vector<float> y(static_cast<size_t>(next) * K), wts(M * k);
-    for (auto& v : y) v = static_cast<float>(rng.normal());
+    std::vector<uint16_t> y16(y.size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      y16[i] = fmt::float_to_bf16(static_cast<float>(rng.normal()));
+      // A BF16 y holds exactly y16's values; a fp32 one full floats.
+      y[i] = bf16_y ? fmt::bf16_to_float(y16[i]) : static_cast<float>(rng.normal());
+    }
     for (auto& v : wts) v = static_cast<float>(rng.uniform());
     Dev<float> dy(y), dw(wts), out32(M * K + off);
+    Dev<uint16_t> dy16(y16);
     Dev<int32_t> dpr(pair_row);
     Dev<uint16_t> out16(M * K + off);
     for (bool fp32 : {false, true}) {
       cudaMemset(fp32 ? static_cast<void*>(out32.p) : static_cast<void*>(out16.p), 0xFF,
                  (M * K + off) * (fp32 ? 4 : 2));
       cd::FinalizeParams p;
-      p.y = dy.p;
+      p.y = bf16_y ? nullptr : dy.p;
+      p.y_bf16 = bf16_y ? dy16.p : nullptr;
       p.pair_row = dpr.p;
       p.weights = dw.p;
       p.tokens = M;
