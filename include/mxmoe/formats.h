@@ -197,12 +197,17 @@ MXMOE_HD uint8_t mx_scale_byte(float amax, float max_elem, int emax_elem, ScaleR
 /// 1 / 2^s as a float, exact for every finite scale byte: 2^(127-b) = e8m0(254-b).
 MXMOE_HD float mx_inv_scale(uint8_t b) { return e8m0_to_float(static_cast<uint8_t>(254 - b)); }
 
+/// What a block's amax takes of x: |x| for a finite x, NaN for ±Inf and NaN, in one fma
+/// (|x| * 0 + |x|: exact for a finite x, Inf * 0 is NaN). fmaxf drops NaN, so a running
+/// fmaxf(amax, amax_term(x)) is the amax over the finite elements (Inf saturates at that
+/// scale, above), with no branch: the GPU epilogues take their amax this way. It needs IEEE
+/// arithmetic (no -ffast-math / -ffinite-math-only, which would fold it to |x|; no build of
+/// this project sets them).
+MXMOE_HD float amax_term(float x) { return fmaf(fabsf(x), 0.0f, fabsf(x)); }
+
 MXMOE_HD float block_amax(const float* x, int n) {
   float amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float a = fabsf(x[i]);
-    if (a > amax && !is_inf(a)) amax = a;  // NaN compares false; Inf saturates (above)
-  }
+  for (int i = 0; i < n; ++i) amax = fmaxf(amax, amax_term(x[i]));
   return amax;
 }
 

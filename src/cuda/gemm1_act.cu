@@ -37,7 +37,7 @@ constexpr int kActRuntime = -1;
 /// when `valid`): the range factor `back`, the bias, the gated activation of kind kAct
 /// (rows i = gate, i + 2 = up of this warp's group of 32 intermediate columns), then the
 /// intermediate in BF16 or MXFP8 (one scale per 32 columns: the amax over the 8 lanes
-/// holding the row, ignoring NaN as fmt::block_amax does). Every lane of the warp calls
+/// holding the row, ignoring NaN and Inf as fmt::block_amax does). Every lane of the warp calls
 /// it (shuffles).
 template <int NT, bool kFp8Inter, int kAct>
 __device__ __forceinline__ void store_activated(const Gemm1Params& p, const float (&acc)[4][NT][4],
@@ -68,7 +68,9 @@ __device__ __forceinline__ void store_activated(const Gemm1Params& p, const floa
         v[i][h] = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
     }
   if constexpr (kFp8Inter) {
-    float amax = fmaxf(fmaxf(fabsf(v[0][0]), fabsf(v[0][1])), fmaxf(fabsf(v[1][0]), fabsf(v[1][1])));
+    // fmt::amax_term: the finite values' amax, as fmt::block_amax (an Inf saturates).
+    float amax = fmaxf(fmaxf(fmt::amax_term(v[0][0]), fmt::amax_term(v[0][1])),
+                       fmaxf(fmt::amax_term(v[1][0]), fmt::amax_term(v[1][1])));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
@@ -608,12 +610,13 @@ __device__ __forceinline__ void publish_block_amax(float* s_amax_w, int g, int t
 template <int kTok>
 struct ColumnScales {
   static constexpr int kOwn = kTok / 32;
-  uint32_t byte[kOwn];
+  float scale[kOwn];  // 2^(byte - 127) exactly: fmt::e8m0_to_float (byte 0 is 2^-127, a float subnormal)
   float inv[kOwn];
   // Some column of this lane's has a block that GEMM2's staged BF16 rows cannot hold as
   // code * 2^(byte - 127) exactly (pf_store_activated): a nonzero amax under the byte
   // kE4m3NormalMinScale (values may fall under 2^-126), or a byte above kUnitRangeMaxScale
-  // (the row would need a range factor). Blocks of zeros and NaN (amax 0) stage exactly.
+  // (the row would need a range factor). Blocks of amax 0 (zeros, NaN, ±Inf saturated to
+  // ±448 at byte 0) stage exactly.
   bool unstageable = false;
   // amax_of(n): the block amax of column n. Columns from rows_left on (warp-uniform) are
   // padding and skipped.
@@ -622,21 +625,21 @@ struct ColumnScales {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < kOwn; ++i) {
-      byte[i] = 0;
+      scale[i] = 0.0f;
       inv[i] = 0.0f;
       if (32 * i >= rows_left) continue;
       const float amax = amax_of(32 * i + lane);
       const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, rule);
       unstageable = unstageable || (32 * i + lane < rows_left &&
                                     (sb > kUnitRangeMaxScale || (sb < kE4m3NormalMinScale && amax > 0.0f)));
-      byte[i] = sb;
+      scale[i] = fmt::e8m0_to_float(sb);
       inv[i] = fmt::mx_inv_scale(sb);
     }
   }
   // Called by the whole warp (shuffles), for a column n of token block j, inside fully
   // unrolled loops over j (the register index j / 4 must be known at compile time).
-  __device__ __forceinline__ uint8_t byte_of(int j, int n) const {
-    return static_cast<uint8_t>(__shfl_sync(0xffffffffu, byte[j / 4], n % 32));
+  __device__ __forceinline__ float scale_of(int j, int n) const {
+    return __shfl_sync(0xffffffffu, scale[j / 4], n % 32);
   }
   __device__ __forceinline__ float inv_of(int j, int n) const {
     return __shfl_sync(0xffffffffu, inv[j / 4], n % 32);
@@ -694,7 +697,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
       }
       const float v = am::gated_activation_t<kAct>(gate, up, alpha, beta, limit);
       acc_g[slot] = v;
-      amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN, as fmt::block_amax does
+      amax = fmaxf(amax, fmt::amax_term(v));  // NaN and Inf dropped, as fmt::block_amax does
     }
     return amax;
   };
@@ -778,13 +781,15 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
         const int j = j0 + jj;
         if constexpr (kFp8Inter) {
           const int n = 8 * j + 2 * t + c;
-          const uint32_t sb = scales.byte_of(j, n);
+          const float scale = scales.scale_of(j, n);
           const float inv = scales.inv_of(j, n);
           // A NaN's code loses its sign here (e4m3x2_satfinite), and the multiply below
-          // gives the canonical NaN either way. Exact where scales.unstageable is not set
-          // (a block of zeros and NaN: 0 * 2^-127).
+          // gives the canonical NaN either way. Exact where scales.unstageable is not set.
+          // A block of amax 0 (byte 0) holds zeros, NaN and ±Inf (saturated to ±448 at its
+          // finite scale, formats.h): its scale is 2^-127 itself (byte << 23 would be 0 and
+          // stage ±Inf as ±0), and ±448 * 2^-127 is a normal BF16.
           const uint32_t q = e4m3x2_satfinite(acc_g[4 * j + c] * inv, acc_g[4 * j + 2 + c] * inv);
-          bf[jj][c] = e4m3x2_scaled_to_bf16x2(q, __uint_as_float(sb << 23));
+          bf[jj][c] = e4m3x2_scaled_to_bf16x2(q, scale);
         } else {
           bf[jj][c] = fmt::float_to_bf16(acc_g[4 * j + c]) | (fmt::float_to_bf16(acc_g[4 * j + 2 + c]) << 16);
         }
@@ -898,7 +903,7 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
 /// The drain warpgroup's epilogue of one staged tile: thread n takes token n (routed row
 /// off + 128 tt + n) and, per MXFP8 block (the tile's columns 32b .. 32b + 31, b < 2), its
 /// 32 activations (written back over the gates), their amax (a NaN is dropped as
-/// fmt::block_amax does, an Inf kept as the exact epilogues do, docs/HARDENING.md §8), the
+/// fmt::block_amax does, and so is an Inf, which saturates: fmt::amax_term), the
 /// formats.h scale byte and the 32 E4M3 codes, stored as two 16-byte pieces of the token's
 /// row. A whole block per thread: no shuffles, no barriers.
 ///
@@ -939,7 +944,7 @@ __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile
         float& gate = base[(r >> 1) & 3][r * kPfTokens];
         const float v = am::gated_activation_t<kAct>(gate, base[(r >> 1) & 3][(64 + r) * kPfTokens], alpha, beta, limit);
         gate = v;
-        amax = fmaxf(amax, fabsf(v));  // fmaxf drops NaN
+        amax = fmaxf(amax, fmt::amax_term(v));  // NaN and Inf dropped, as fmt::block_amax
       }
     }
     const uint8_t sb = fmt::mx_scale_byte(amax, fmt::kE4m3Max, fmt::kE4m3Emax, p.rule);

@@ -581,6 +581,35 @@ TEST(QuantizeE4M3, InfinitySaturatesAtTheFiniteBlockScale) {
   EXPECT_EQ(fmt::dequant_e4m3(codes[3], sb), -448.0 * std::ldexp(1.0, sb - 127));
 }
 
+// amax_term (what the GPU epilogues' fmaxf amax takes of each value): |x| for every finite
+// float, NaN for ±Inf and NaN; so the running max is block_amax's, the finite elements'.
+TEST(AmaxTerm, AbsOfEveryFiniteFloatAndNaNForInfinitiesAndNaNs) {
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 0x101) {  // every 257th float
+    const float x = fmt::bits_float(static_cast<uint32_t>(u));
+    const float t = fmt::amax_term(x);
+    if (std::isfinite(x)) {
+      ASSERT_EQ(fmt::float_bits(t), fmt::float_bits(std::fabs(x))) << std::hex << u;
+    } else {
+      ASSERT_TRUE(std::isnan(t)) << std::hex << u;
+    }
+  }
+  for (float x : {0.0f, -0.0f, FLT_MIN, -FLT_MIN, FLT_TRUE_MIN, -FLT_TRUE_MIN, FLT_MAX, -FLT_MAX})
+    EXPECT_EQ(fmt::float_bits(fmt::amax_term(x)), fmt::float_bits(std::fabs(x))) << x;
+  EXPECT_TRUE(std::isnan(fmt::amax_term(kInfF)));
+  EXPECT_TRUE(std::isnan(fmt::amax_term(-kInfF)));
+  EXPECT_TRUE(std::isnan(fmt::amax_term(std::numeric_limits<float>::quiet_NaN())));
+  // A block with ±Inf and NaN among finite values: the fmaxf reduction is the finite amax.
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> x = random_block(rng);
+    x[trial % kMxBlock] = trial % 3 == 0 ? kInfF : trial % 3 == 1 ? -kInfF : std::numeric_limits<float>::quiet_NaN();
+    float want = 0.0f;
+    for (float v : x)
+      if (std::isfinite(v)) want = std::max(want, std::fabs(v));
+    EXPECT_EQ(fmt::block_amax(x.data(), kMxBlock), want);
+  }
+}
+
 TEST(QuantizeE2M1, InfinitySaturatesAtTheFiniteBlockScale) {
   float x[kMxBlock];
   for (int i = 0; i < kMxBlock; ++i) x[i] = 1.0f + i;  // amax 32 -> 32 <= 6 * 2^3: s = 3

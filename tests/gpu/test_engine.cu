@@ -592,6 +592,13 @@ struct StageCase {
   bool few_rows = false;    // local experts 4 and 5 keep their first 6 and 12 routed rows
                             // (the rest -1): above 32 tokens, the 16-row kernel's 8- and
                             // 16-row bodies beside the 32-row class
+  bool huge_mid = false;    // MXFP8 x scaled 2^56 (every GEMM1 sum exact still): SiLU-gated
+                            // g * u beyond fp32 in part, so intermediate blocks hold ±Inf
+                            // beside finite values (an Inf saturates at the finite values'
+                            // scale, fmt::block_amax); scale bytes past the staged rows' 191
+  bool inf_mid = false;     // x scaled 2^72 instead: every g * u is ±Inf or ±0, so blocks of
+                            // amax 0 (byte 0) hold ±Inf, saturated to ±448 * 2^-127, which
+                            // the prefill path stages (a normal BF16)
 };
 
 /// What the balanced decode GEMM1's partition does with a stage case's routing (local
@@ -704,8 +711,18 @@ int k_chunks(int64_t cols) { return static_cast<int>((cols + 63) / 64); }
 // GEMM1 + activation + intermediate quantization, bit for bit, by running the whole
 // layer and reading the intermediate out of the workspace (layout from the same
 // WorkspaceLayout the engine carves).
-void run_gemm1_stage(const StageCase& sc) {
+/// A stage case's problem, made on the host: config (local experts 4..7 of 8), exact-grid
+/// weights, x on the grid (E4M3 codes and scales, and the same integers in BF16), routing.
+struct StageData {
   MoeConfig cfg;
+  ExpertWeights w;
+  std::vector<uint8_t> xc, xs;
+  std::vector<uint16_t> xb;
+  Routing routing;
+};
+StageData make_stage_data(const StageCase& sc) {
+  StageData d;
+  MoeConfig& cfg = d.cfg;
   cfg.num_experts = 8;
   cfg.top_k = 3;
   cfg.hidden = sc.K;
@@ -719,12 +736,16 @@ void run_gemm1_stage(const StageCase& sc) {
   cfg.input_format = sc.x_fp8 ? InputFormat::MXFP8 : InputFormat::BF16;
   cfg.intermediate_format = sc.mid_fp8 ? IntermediateFormat::MXFP8 : IntermediateFormat::BF16;
   cfg.has_bias = sc.bias;
-  const ExpertWeights w = exact_grid_weights(cfg, 100 + sc.M);
-  const int64_t M = sc.M, K = sc.K, N = sc.N, k = cfg.top_k;
+  d.w = exact_grid_weights(cfg, 100 + sc.M);
+  const int64_t M = sc.M, K = sc.K;
   Rng rng(200 + M);
   // Activations on the grid: small integers times a power-of-two scale.
-  std::vector<uint8_t> xc(M * K), xs(M * K / 32);
-  std::vector<uint16_t> xb(M * K);
+  std::vector<uint8_t>& xc = d.xc;
+  std::vector<uint8_t>& xs = d.xs;
+  std::vector<uint16_t>& xb = d.xb;
+  xc.resize(M * K);
+  xs.resize(M * K / 32);
+  xb.resize(M * K);
   for (int64_t i = 0; i < M * K; ++i) {
     const int v = static_cast<int>(rng.below(17)) - 8;
     xc[i] = e4m3_of_int(v);
@@ -734,12 +755,75 @@ void run_gemm1_stage(const StageCase& sc) {
   if (sc.tiny_block) xs[1 * K / 32] = 0;  // int * 2^-127: under BF16's normal range
   if (sc.tiny_mid)
     for (auto& v : xs) v = static_cast<uint8_t>(v - 64);  // every GEMM1 sum is exact still
-  Routing routing = stage_routing(M);  // 6 unused
+  if (sc.huge_mid || sc.inf_mid)
+    for (auto& v : xs) v = static_cast<uint8_t>(v + (sc.huge_mid ? 56 : 72));  // likewise
+  d.routing = stage_routing(M);  // 6 unused
   if (sc.few_rows) {
     int seen[2] = {0, 0};
-    for (int32_t& id : routing.ids)
+    for (int32_t& id : d.routing.ids)
       if ((id == 4 && ++seen[0] > 6) || (id == 5 && ++seen[1] > 12)) id = -1;
   }
+  return d;
+}
+
+/// GEMM1 and the activation of token t for local expert e (0..3) on the host: the
+/// intermediate row the kernels must quantize (float64 sums, exact on the grid).
+std::vector<float> stage_activation(const StageCase& sc, const StageData& d, int e, int64_t t) {
+  const int64_t K = sc.K, N = sc.N;
+  std::vector<float> h(N);
+  for (int64_t n = 0; n < N; ++n) {
+    double acc[2] = {0, 0};
+    for (int gu = 0; gu < 2; ++gu) {
+      const int64_t kr = gu == 0 ? kernel_row_of_gate(n) : kernel_row_of_up(n);
+      const int64_t r = e * 2 * N + kr;
+      for (int64_t c = 0; c < K; ++c) {
+        const double xv = sc.x_fp8 ? fmt::dequant_e4m3(d.xc[t * K + c], d.xs[t * K / 32 + c / 32])
+                                   : fmt::bf16_to_float(d.xb[t * K + c]);
+        acc[gu] += w_value(d.w.w13_packed, d.w.w13_scale, r, c, K) * xv;
+      }
+      if (sc.bias) acc[gu] += d.w.w13_bias[r];
+    }
+    const ActivationParams& a = d.cfg.activation;
+    h[n] = am::gated_activation_f32(static_cast<int>(sc.act), static_cast<float>(acc[0]), static_cast<float>(acc[1]),
+                                    a.alpha.empty() ? 0.f : a.alpha_of(e), a.beta.empty() ? 0.f : a.beta_of(e),
+                                    a.limit.empty() ? 0.f : a.limit_of(e));
+  }
+  return h;
+}
+
+/// Blocks of 32 holding ±Inf beside finite nonzero values (mixed), and ±Inf beside zeros
+/// only, over every routed row of a stage case (what huge_mid and inf_mid are for).
+struct InfBlocks {
+  int64_t mixed = 0, inf_only = 0;
+};
+InfBlocks stage_inf_blocks(const StageCase& sc, const StageData& d) {
+  InfBlocks n;
+  for (size_t p = 0; p < d.routing.ids.size(); ++p) {
+    if (d.routing.ids[p] < 4) continue;
+    const std::vector<float> h = stage_activation(sc, d, d.routing.ids[p] - 4, static_cast<int64_t>(p) / d.cfg.top_k);
+    for (int64_t b = 0; b < sc.N / 32; ++b) {
+      bool inf = false, finite = false;
+      for (int i = 0; i < 32; ++i) {
+        const float v = h[b * 32 + i];
+        if (std::isinf(v)) inf = true;
+        else if (v != 0.0f) finite = true;
+      }
+      n.mixed += inf && finite;
+      n.inf_only += inf && !finite;
+    }
+  }
+  return n;
+}
+
+void run_gemm1_stage(const StageCase& sc) {
+  const StageData d = make_stage_data(sc);
+  const MoeConfig& cfg = d.cfg;
+  const ExpertWeights& w = d.w;
+  const std::vector<uint8_t>& xc = d.xc;
+  const std::vector<uint8_t>& xs = d.xs;
+  const std::vector<uint16_t>& xb = d.xb;
+  const Routing& routing = d.routing;
+  const int64_t M = sc.M, K = sc.K, N = sc.N, k = cfg.top_k;
 
   if (sc.decode_only) setenv("MXMOE_PREFILL", "0", 1);  // read when the layer is built
   // Every decode size with the expert-ready counters (heuristics.h use_expert_ready; set
@@ -849,7 +933,7 @@ void run_gemm1_stage(const StageCase& sc) {
     // (GEMM2 runs generic when GEMM1 did, or when the intermediate could not be staged.)
     if (!sc.tiny_block)
       g_split_launches += cd::pf_split(cd::prefill_claims(true, tile), prefill_tiles(count, tile, 2 * N), ctas, k_chunks(K), tile).parts > 1;
-    if (!sc.tiny_block && !sc.tiny_mid)
+    if (!sc.tiny_block && !sc.tiny_mid && !sc.huge_mid)
       g_split_launches += cd::pf_split(cd::prefill_claims(false, tile), prefill_tiles(count, tile, K), ctas, k_chunks(N), tile).parts > 1;
     // The staged x rows and their range factors, bit for bit against stage_row_model.
     const int64_t Kp = (K + 63) / 64 * 64;
@@ -872,13 +956,13 @@ void run_gemm1_stage(const StageCase& sc) {
     // GEMM1's prefill epilogue writes the intermediate only as GEMM2's staged rows (checked
     // below), or sets the bit where those cannot hold it (tiny_mid); then, as after an
     // inexact x (tiny_block), the generic GEMM1 writes the intermediate and GEMM2 runs generic.
-    EXPECT_EQ(inexact & cd::kInexactInter, sc.tiny_block || sc.tiny_mid ? cd::kInexactInter : 0u)
+    EXPECT_EQ(inexact & cd::kInexactInter, sc.tiny_block || sc.tiny_mid || sc.huge_mid ? cd::kInexactInter : 0u)
         << "intermediate inexact bit";
   }
 
   // Where GEMM1 left the intermediate: in GEMM2's staged BF16 rows (prefill path: the
   // staging layout, stage_row_model, with range factor 1), or as MXFP8 / BF16 rows.
-  const bool staged_mid = prefill && !sc.tiny_block && !sc.tiny_mid;
+  const bool staged_mid = prefill && !sc.tiny_block && !sc.tiny_mid && !sc.huge_mid;
   const int64_t Np = (N + 63) / 64 * 64;
   int staged_pos[32];  // position of element i in a staged block
   for (int o = 0; o < 32; ++o) staged_pos[staged_source(o)] = o;
@@ -896,25 +980,7 @@ void run_gemm1_stage(const StageCase& sc) {
   int64_t row = 0, bad = 0;
   for (int e = 0; e < el; ++e)
     for (int64_t p : rows[e]) {
-      const int64_t t = p / k;
-      std::vector<float> h(N);
-      for (int64_t n = 0; n < N; ++n) {
-        double acc[2] = {0, 0};
-        for (int gu = 0; gu < 2; ++gu) {
-          const int64_t kr = gu == 0 ? kernel_row_of_gate(n) : kernel_row_of_up(n);
-          const int64_t r = e * 2 * N + kr;
-          for (int64_t c = 0; c < K; ++c) {
-            const double xv = sc.x_fp8 ? fmt::dequant_e4m3(xc[t * K + c], xs[t * K / 32 + c / 32])
-                                       : fmt::bf16_to_float(xb[t * K + c]);
-            acc[gu] += w_value(w.w13_packed, w.w13_scale, r, c, K) * xv;
-          }
-          if (sc.bias) acc[gu] += w.w13_bias[r];
-        }
-        h[n] = am::gated_activation_f32(static_cast<int>(sc.act), static_cast<float>(acc[0]),
-                                        static_cast<float>(acc[1]), cfg.activation.alpha.empty() ? 0.f : cfg.activation.alpha_of(e),
-                                        cfg.activation.beta.empty() ? 0.f : cfg.activation.beta_of(e),
-                                        cfg.activation.limit.empty() ? 0.f : cfg.activation.limit_of(e));
-      }
+      const std::vector<float> h = stage_activation(sc, d, e, p / k);
       if (staged_mid) {
         // The staged row of this intermediate, bit for bit (NaN as NaN), padding included.
         std::vector<uint8_t> codes(N), scale(N / 32);
@@ -962,7 +1028,8 @@ void run_gemm1_stage(const StageCase& sc) {
   // sum of |terms| (a wrong row, column or K permutation errs by O(1) of it).
   int64_t y_bad = 0;
   row = 0;
-  if (L.gemm2_splits == 1)  // (split GEMM2 leaves partials: its own test below)
+  // (Split GEMM2 leaves partials: its own test below. huge_mid's y overflows fp32.)
+  if (L.gemm2_splits == 1 && !sc.huge_mid)
   for (int e = 0; e < el; ++e)
     for (size_t i = 0; i < rows[e].size(); ++i, ++row)
       for (int64_t c = 0; c < K; ++c) {
@@ -1075,6 +1142,27 @@ TEST(Balanced, StageCasesCutRowGroupsAndLoopOverUnits) {
   EXPECT_TRUE(multi_unit) << "no case has an expert of several units (more than 8 rows)";
 }
 
+// Host only (no GPU): the huge_mid stage cases below put ±Inf beside finite values in
+// intermediate blocks, and the inf_mid ones ±Inf beside zeros only, so their GPU runs
+// test the saturation they are for.
+TEST(Gemm1Act, HugeMidStageCasesHoldInfBesideFiniteValues) {
+  for (int64_t M : {8, 150})
+    for (bool inf_only : {false, true}) {
+      StageCase sc{Activation::SiLU_Gated, true, true, false, M, 128, 64};
+      (inf_only ? sc.inf_mid : sc.huge_mid) = true;
+      const InfBlocks n = stage_inf_blocks(sc, make_stage_data(sc));
+      std::printf("[%s] M=%lld: intermediate blocks with Inf and finite values %lld, Inf and zeros only %lld\n",
+                  inf_only ? "inf_mid" : "huge_mid", static_cast<long long>(M), static_cast<long long>(n.mixed),
+                  static_cast<long long>(n.inf_only));
+      if (inf_only) {
+        EXPECT_GT(n.inf_only, 0) << "M=" << M;
+        EXPECT_EQ(n.mixed, 0) << "M=" << M << ": a finite value would set a block's scale past the staged rows' range";
+      } else {
+        EXPECT_GT(n.mixed, 0) << "M=" << M;
+      }
+    }
+}
+
 TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
   REQUIRE_GPU();
   const StageCase cases[] = {
@@ -1108,6 +1196,17 @@ TEST(Gemm1Act, ExactGridBitExactAllActivationsFormatsTilesAndTails) {
       // amax under 2^-109, i.e. scale byte < 10; a few values are fp32 subnormals):
       // the prefill GEMM1 flags it, the generic GEMM1 writes it, GEMM2 runs generic.
       {Activation::SiLU_Gated, true, true, false, 150, 128, 64, false, 0, 0, false, 0, true},
+      // Intermediate blocks holding ±Inf beside finite values (SiLU-gated g * u past fp32):
+      // the Inf saturates at the finite values' scale, on the decode kernels (8 tokens; 150
+      // with the prefill path off) and on the generic GEMM1 after the prefill epilogue
+      // flags the blocks (scale bytes past the staged rows' range).
+      {Activation::SiLU_Gated, true, true, false, 8, 128, 64, false, 0, 0, false, 0, false, 0, false, true},
+      {Activation::SiLU_Gated, true, true, false, 150, 128, 64, false, 0, 0, true, 0, false, 0, false, true},
+      {Activation::SiLU_Gated, true, true, false, 150, 128, 64, false, 0, 0, false, 0, false, 0, false, true},
+      // Blocks of ±Inf and zeros only (amax 0, byte 0): saturated to ±448 * 2^-127, which
+      // the prefill epilogue stages for GEMM2 (its multiplier 2^-127, not 0); decode too.
+      {Activation::SiLU_Gated, true, true, false, 8, 128, 64, false, 0, 0, false, 0, false, 0, false, false, true},
+      {Activation::SiLU_Gated, true, true, false, 150, 128, 64, false, 0, 0, false, 0, false, 0, false, false, true},
       // 2 and 3 CTAs over 8-16 tiles of 18-28 chunks (more than the ring holds): both
       // consumers' turns and the ring's wrap-around inside and across tiles.
       {Activation::SiTU, true, true, false, 300, 1152, 64, false, 2},
