@@ -95,7 +95,9 @@ class CudaMoeLayer {
   /// Bytes of device workspace forward() needs for up to max_tokens tokens.
   size_t workspace_size(int64_t max_tokens) const;
   /// Validates every argument on the host (throws InvalidArgument, nothing launched),
-  /// then enqueues the whole MoE on `stream` (a cudaStream_t).
+  /// then enqueues the whole MoE on `stream` (a cudaStream_t). No tokens (args.tokens
+  /// 0) is a valid forward that touches none of the caller's tensors (their pointers may
+  /// be null) and clears the error word.
   void forward(const ForwardArgs& args, void* workspace, size_t workspace_bytes, void* stream) const;
 
   /// Device-side error flags of the last forward() that used `workspace`: bit

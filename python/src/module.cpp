@@ -392,7 +392,8 @@ struct CudaLayer {
     check_out(cfg, out, a.tokens, Dev::Cuda, device);
     a.out = mut_ptr(out);
     check(workspace, "workspace", Dev::Cuda, {kU8, kI8}, {-1}, device);
-    const size_t need = layer->workspace_size(a.tokens);
+    // No tokens needs what one does (workspace_size takes max_tokens >= 1; forward the same).
+    const size_t need = layer->workspace_size(std::max<int64_t>(a.tokens, 1));
     MXMOE_CHECK_ARG(workspace.size() >= need, "workspace", "has ", workspace.size(), " bytes, ", a.tokens,
                     " tokens need ", need, " (size it with workspace_size(max_tokens))");
     nb::gil_scoped_release unlock;

@@ -204,6 +204,18 @@ def test_gpu_out_and_workspace_are_used_in_place(rng):
 
 
 @pytest.mark.gpu
+def test_gpu_layer_takes_an_empty_batch():
+    cuda_or_skip()
+    cfg = small_config()
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED), device="cuda", max_tokens=8)
+    x = torch.zeros(0, cfg.hidden, device="cuda", dtype=torch.bfloat16)
+    ids = torch.zeros(0, cfg.top_k, device="cuda", dtype=torch.int64)
+    y = L.forward(x, ids, torch.zeros(0, cfg.top_k, device="cuda"))
+    torch.cuda.synchronize()
+    assert y.is_cuda and tuple(y.shape) == (0, cfg.hidden)
+
+
+@pytest.mark.gpu
 def test_gpu_bad_input_names_argument_and_writes_nothing(rng):
     cuda_or_skip()
     cfg = small_config()

@@ -592,7 +592,11 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   const int64_t M = args.tokens, k = cfg.top_k, K = cfg.hidden, N = cfg.intermediate;
 
   // ---- every check before the first launch (SPEC §9): nothing is written on error
-  MXMOE_CHECK_ARG(M >= 1, "args.tokens", "must be >= 1, got ", M);
+  // No tokens (an idle data-parallel rank, an empty microbatch) is a valid forward that
+  // reads and writes none of the caller's tensors; their pointers are not checked then,
+  // since empty tensors may come as null pointers.
+  MXMOE_CHECK_ARG(M >= 0, "args.tokens", "must be >= 0, got ", M);
+  const bool empty = M == 0;
   MXMOE_CHECK_ARG(M * k <= std::numeric_limits<int32_t>::max(), "args.tokens", M, " x top_k ",
                   k, " routed rows exceed the int32 row index");
   MXMOE_CHECK_ARG(args.x_format == InputFormat::BF16 || args.x_format == InputFormat::MXFP8,
@@ -601,21 +605,30 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                   "args.x_format",
                   "is mxfp8 but the layer consumes bf16 activations (config.input_format); "
                   "pass bf16 x or build the layer with input_format mxfp8");
-  MXMOE_CHECK_ARG(args.x != nullptr, "args.x", "is null");
-  MXMOE_CHECK_ARG(aligned(args.x, 16), "args.x", "pointer ", args.x, " is not 16-byte aligned");
-  if (args.x_format == InputFormat::MXFP8) {
-    MXMOE_CHECK_ARG(args.x_scale != nullptr, "args.x_scale", "is null but x_format is mxfp8");
-  } else {
-    MXMOE_CHECK_ARG(args.x_scale == nullptr, "args.x_scale",
-                    "is given but x_format is bf16 (no scales)");
-  }
   const bool have_ids = args.topk_ids != nullptr || args.topk_weights != nullptr;
   const bool have_logits = args.router_logits != nullptr;
-  MXMOE_CHECK_ARG(have_ids != have_logits, "args.router_logits",
-                  have_logits ? "is given together with topk_ids/topk_weights"
-                              : "is null and so are topk_ids/topk_weights",
-                  ": give exactly one routing input");
-  if (have_ids) {
+  if (!empty) {
+    MXMOE_CHECK_ARG(args.x != nullptr, "args.x", "is null");
+    MXMOE_CHECK_ARG(aligned(args.x, 16), "args.x", "pointer ", args.x, " is not 16-byte aligned");
+    if (args.x_format == InputFormat::MXFP8) {
+      MXMOE_CHECK_ARG(args.x_scale != nullptr, "args.x_scale", "is null but x_format is mxfp8");
+    } else {
+      MXMOE_CHECK_ARG(args.x_scale == nullptr, "args.x_scale",
+                      "is given but x_format is bf16 (no scales)");
+    }
+    MXMOE_CHECK_ARG(have_ids != have_logits, "args.router_logits",
+                    have_logits ? "is given together with topk_ids/topk_weights"
+                                : "is null and so are topk_ids/topk_weights",
+                    ": give exactly one routing input");
+    MXMOE_CHECK_ARG(args.out != nullptr, "args.out", "is null");
+  }
+  if (empty) {
+    // Null ids with null logits is fine here (empty tensors); both modes at once is not.
+    MXMOE_CHECK_ARG(!(have_ids && have_logits), "args.router_logits",
+                    "is given together with topk_ids/topk_weights: give exactly one routing input");
+    MXMOE_CHECK_ARG(!have_logits || s.has_routing, "args.router_logits",
+                    "given, but the layer was built without RoutingParams");
+  } else if (have_ids) {
     MXMOE_CHECK_ARG(args.topk_ids != nullptr, "args.topk_ids", "is null but topk_weights is given");
     MXMOE_CHECK_ARG(args.topk_weights != nullptr, "args.topk_weights",
                     "is null but topk_ids is given");
@@ -627,12 +640,12 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     MXMOE_CHECK_ARG(aligned(args.router_logits, 4), "args.router_logits",
                     "is not 4-byte aligned");
   }
-  MXMOE_CHECK_ARG(args.out != nullptr, "args.out", "is null");
   MXMOE_CHECK_ARG(aligned(args.out, cfg.output_format == OutputFormat::FP32 ? 4 : 2), "args.out",
                   "pointer ", args.out, " is misaligned for ", to_string(cfg.output_format));
-  const WorkspaceLayout L = WorkspaceLayout::make(cfg, M);
+  // No tokens asks as much as one (workspace_size takes max_tokens >= 1): the error word.
+  const WorkspaceLayout L = WorkspaceLayout::make(cfg, std::max<int64_t>(M, 1));
   MXMOE_CHECK_ARG(workspace_bytes >= L.total, "workspace_bytes", workspace_bytes,
-                  " is less than the ", L.total, " bytes needed for ", M,
+                  " is less than the ", L.total, " bytes needed for ", std::max<int64_t>(M, 1),
                   " tokens (workspace_size(max_tokens))");
   MXMOE_CHECK_ARG(workspace != nullptr, "workspace", "is null");
   MXMOE_CHECK_ARG(aligned(workspace, 256), "workspace", "pointer ", workspace,
@@ -642,20 +655,27 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   MXMOE_CHECK_ARG(cur == s.device, "stream", "the current device is ", cur,
                   " but the layer lives on device ", s.device, "; cudaSetDevice(", s.device,
                   ") before forward");
-  check_device_pointer(args.x, "args.x", s.device);
-  if (args.x_scale) check_device_pointer(args.x_scale, "args.x_scale", s.device);
-  if (have_ids) {
-    check_device_pointer(args.topk_ids, "args.topk_ids", s.device);
-    check_device_pointer(args.topk_weights, "args.topk_weights", s.device);
-  } else {
-    check_device_pointer(args.router_logits, "args.router_logits", s.device);
+  if (!empty) {
+    check_device_pointer(args.x, "args.x", s.device);
+    if (args.x_scale) check_device_pointer(args.x_scale, "args.x_scale", s.device);
+    if (have_ids) {
+      check_device_pointer(args.topk_ids, "args.topk_ids", s.device);
+      check_device_pointer(args.topk_weights, "args.topk_weights", s.device);
+    } else {
+      check_device_pointer(args.router_logits, "args.router_logits", s.device);
+    }
+    check_device_pointer(args.out, "args.out", s.device);
   }
-  check_device_pointer(args.out, "args.out", s.device);
   check_device_pointer(workspace, "workspace", s.device);
 
   // ---- launches
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   char* ws = static_cast<char*>(workspace);
+  if (empty) {
+    // Nothing to compute; the error word still speaks for this forward (no bad id).
+    MXMOE_CUDA_CHECK(cudaMemsetAsync(ws + L.error, 0, sizeof(uint32_t), st));
+    return;
+  }
   const int32_t* ids = args.topk_ids;
   const float* wts = args.topk_weights;
   if (have_logits) {

@@ -1817,7 +1817,7 @@ TEST(Layer, BadArgumentsRejectedBeforeAnyLaunch) {
     }
   };
   ForwardArgs a = good();
-  a.tokens = 0;
+  a.tokens = -1;
   expect_bad(a, ws.p, wsb, "args.tokens");
   a = good();
   a.tokens = M + 1;  // workspace sized for M
@@ -1873,6 +1873,67 @@ TEST(Layer, BadArgumentsRejectedBeforeAnyLaunch) {
   EXPECT_THROW(CudaMoeLayer(cfg, syn.weights, &rp), InvalidArgument);
   EXPECT_THROW(CudaMoeLayer(cfg, syn.weights, nullptr, nullptr, 999), InvalidArgument);
   EXPECT_THROW(layer.workspace_size(0), InvalidArgument);
+}
+
+// No tokens (an idle data-parallel rank, an empty microbatch) is a valid forward: with
+// null pointers (empty tensors may come so) or real ones, eager and captured in a graph;
+// it writes nothing of the caller's and clears the error word (a forward without bad ids).
+TEST(Layer, NoTokensIsAValidForwardThatWritesNothing) {
+  REQUIRE_GPU();
+  const MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 21);
+  CudaMoeLayer layer(cfg, syn.weights);
+  const size_t wsb = layer.workspace_size(1);
+  Dev<uint8_t> ws(wsb);
+  Dev<uint16_t> x(cfg.hidden), out(cfg.hidden);
+  Dev<int32_t> ids(cfg.top_k);
+  Dev<float> wts(cfg.top_k), logits(cfg.num_experts);
+  cudaMemset(out.p, 0x5A, out.n * 2);
+  const uint32_t* word = layer.error_flags_device(ws.p);
+  auto poison_word = [&] {
+    cudaMemset(const_cast<uint32_t*>(word), 0xFF, 4);
+    cudaDeviceSynchronize();  // before work on another stream (st is non-blocking)
+  };
+  ForwardArgs none;  // tokens 0, every pointer null
+  poison_word();
+  layer.forward(none, ws.p, wsb, nullptr);
+  EXPECT_EQ(layer.read_error_flags(ws.p, nullptr), 0u);
+  ForwardArgs real = none;
+  real.x = x.p;
+  real.topk_ids = ids.p;
+  real.topk_weights = wts.p;
+  real.out = out.p;
+  poison_word();
+  layer.forward(real, ws.p, wsb, nullptr);
+  EXPECT_EQ(layer.read_error_flags(ws.p, nullptr), 0u);
+  // Still refused with no tokens: what does not depend on the caller's tensors.
+  ForwardArgs bad = none;
+  bad.router_logits = logits.p;  // the layer has no RoutingParams
+  EXPECT_THROW(layer.forward(bad, ws.p, wsb, nullptr), InvalidArgument);
+  ForwardArgs both = real;  // ids and logits at once
+  both.router_logits = logits.p;
+  EXPECT_THROW(layer.forward(both, ws.p, wsb, nullptr), InvalidArgument);
+  EXPECT_THROW(layer.forward(none, nullptr, wsb, nullptr), InvalidArgument);
+  EXPECT_THROW(layer.forward(none, ws.p, 4, nullptr), InvalidArgument);
+  // Captured and replayed twice.
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  layer.forward(real, ws.p, wsb, st);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    poison_word();
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    EXPECT_EQ(layer.read_error_flags(ws.p, st), 0u) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (uint16_t v : out.down()) ASSERT_EQ(v, 0x5A5A) << "output written by a forward with no tokens";
 }
 
 TEST(Layer, OutOfRangeIdsAreSkippedAndFlagged) {
