@@ -60,9 +60,10 @@ struct GpuInfo {
 };
 std::vector<GpuInfo> cuda_devices();
 
-/// Device pointers for one forward call. Exactly one of {topk_ids+topk_weights} and
-/// {router_logits} is given; with router_logits the layer routes on the GPU with the
-/// RoutingParams it was built with.
+/// Device pointers for one forward call. Exactly one of {topk_ids+topk_weights},
+/// {router_logits} and {router_logits_bf16} is given; with logits the layer routes on
+/// the GPU with the RoutingParams it was built with (BF16 logits widened exactly, so
+/// both give route_cpu's result on the same values).
 struct ForwardArgs {
   int64_t tokens = 0;
   InputFormat x_format = InputFormat::BF16;  // what `x` holds; BF16 is quantized on the
@@ -72,6 +73,7 @@ struct ForwardArgs {
   const int32_t* topk_ids = nullptr;      // [M][top_k] global ids, -1 = none
   const float* topk_weights = nullptr;    // [M][top_k]
   const float* router_logits = nullptr;   // [M][E_global] fp32
+  const uint16_t* router_logits_bf16 = nullptr;  // [M][E_global] bf16 bits, instead
   void* out = nullptr;              // [M][K] bf16 or fp32 (config.output_format)
 };
 
@@ -132,6 +134,8 @@ class CudaHostSession {
 
   /// Stage inputs (x as given; routing either ids/weights or router logits [M][E]).
   void set_inputs(const Activations& x, const Routing* routing, const std::vector<float>* logits);
+  /// The same with BF16 router logits [M][E] (bits).
+  void set_inputs(const Activations& x, const std::vector<uint16_t>& logits_bf16);
   /// Poison the output with NaN, run once eagerly, copy the output back.
   Output run_eager();
   /// Capture one forward into a CUDA graph, then poison + replay `replays` times,

@@ -96,7 +96,8 @@ def _cuda_operands(x, topk_ids, topk_weights, router_logits):
     - topk_ids: int32 as it is; int64 (torch.topk's) saturated into int32, so that an id
       past int32's range stays out of range (skipped and flagged by the kernels) instead of
       wrapping onto a valid expert; anything else refused.
-    - topk_weights, router_logits: a floating dtype, as float32; anything else refused."""
+    - topk_weights, router_logits: a floating dtype, as float32; anything else refused.
+      BF16 router logits go as they are: the routing kernel widens them exactly."""
     import torch
 
     x = _torch_x(x, torch.bfloat16)
@@ -104,7 +105,9 @@ def _cuda_operands(x, topk_ids, topk_weights, router_logits):
         if topk_ids.dtype != torch.int64:
             raise InvalidArgument(f"topk_ids: has dtype {topk_ids.dtype}, expected int32 or int64")
         topk_ids = topk_ids.clamp(-(2**31), 2**31 - 1).to(torch.int32)
-    return x, topk_ids, _float32_tensor(topk_weights, "topk_weights"), _float32_tensor(router_logits, "router_logits")
+    if router_logits is not None and router_logits.dtype != torch.bfloat16:
+        router_logits = _float32_tensor(router_logits, "router_logits")
+    return x, topk_ids, _float32_tensor(topk_weights, "topk_weights"), router_logits
 
 
 def _pair(p: Any, name: str) -> Tuple[Any, Any]:

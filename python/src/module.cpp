@@ -379,8 +379,12 @@ struct CudaLayer {
                       "given together with topk_ids/topk_weights; pass one or the other");
       MXMOE_CHECK_ARG(has_router, "router_logits",
                       "given but the layer was built without routing parameters");
-      check(*router_logits, "router_logits", Dev::Cuda, {kF32}, {a.tokens, cfg.num_experts}, device);
-      a.router_logits = static_cast<const float*>(ptr(*router_logits));
+      // fp32, or BF16 as a model's router often gives them (the kernel widens them exactly).
+      check(*router_logits, "router_logits", Dev::Cuda, {kF32, kBf16}, {a.tokens, cfg.num_experts}, device);
+      if (is_any(*router_logits, {kBf16}))
+        a.router_logits_bf16 = static_cast<const uint16_t*>(ptr(*router_logits));
+      else
+        a.router_logits = static_cast<const float*>(ptr(*router_logits));
     } else {
       MXMOE_CHECK_ARG(topk_ids.has_value(), "topk_ids", "is required (or pass router_logits)");
       MXMOE_CHECK_ARG(topk_weights.has_value(), "topk_weights", "is required with topk_ids");

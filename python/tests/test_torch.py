@@ -77,8 +77,10 @@ def test_weights_and_logits_must_be_floating():
     ids = torch.zeros(1, 2, dtype=torch.int32)
     _, _, w, _ = _layer._cuda_operands(x, ids, torch.ones(1, 2, dtype=torch.float64), None)
     assert w.dtype == torch.float32
-    _, _, _, logits = _layer._cuda_operands(x, None, None, torch.ones(1, 4, dtype=torch.bfloat16))
+    _, _, _, logits = _layer._cuda_operands(x, None, None, torch.ones(1, 4, dtype=torch.float16))
     assert logits.dtype == torch.float32
+    bf16 = torch.ones(1, 4, dtype=torch.bfloat16)  # the routing kernel reads BF16 logits itself
+    assert _layer._cuda_operands(x, None, None, bf16)[3] is bf16
     with pytest.raises(mxmoe.InvalidArgument, match="topk_weights: has dtype"):
         _layer._cuda_operands(x, ids, torch.ones(1, 2, dtype=torch.int32), None)
     with pytest.raises(mxmoe.InvalidArgument, match="router_logits: has dtype"):
@@ -213,6 +215,25 @@ def test_gpu_layer_takes_an_empty_batch():
     y = L.forward(x, ids, torch.zeros(0, cfg.top_k, device="cuda"))
     torch.cuda.synchronize()
     assert y.is_cuda and tuple(y.shape) == (0, cfg.hidden)
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_router_logits_route_as_their_float32_widening(rng):
+    cuda_or_skip()
+    cfg = small_config()
+    params = mxmoe.RoutingParams("sigmoid", cfg.top_k)
+    bias = (0.1 * rng.standard_normal(cfg.num_experts)).astype(np.float32)
+    L = mxmoe.Layer(cfg, mxmoe.make_synthetic_weights(cfg, SEED), device="cuda", max_tokens=16,
+                    routing=params, router_bias=bias)
+    x = torch.from_numpy(random_x(rng, 9, cfg.hidden)).cuda().bfloat16()
+    logits = torch.from_numpy(rng.standard_normal((9, cfg.num_experts)).astype(np.float32)).cuda().bfloat16()
+    y16 = L.forward(x, router_logits=logits)
+    y32 = L.forward(x, router_logits=logits.float())
+    torch.cuda.synchronize()
+    assert torch.equal(y16, y32)
+    ids, wt = mxmoe.route(logits.float().cpu().numpy(), bias, params)
+    got = y16.float().cpu().numpy()
+    assert_close(got, reference(cfg, L.weights, x.float().cpu().numpy(), ids, wt, actual=got), 5e-3)
 
 
 @pytest.mark.gpu

@@ -165,7 +165,8 @@ inline constexpr uint32_t kErrorIdOutOfRange = 1u;
 
 // ---------------------------------------------------------------- stages
 struct RouteParams {
-  const float* logits = nullptr;  // [M][E]
+  const float* logits = nullptr;         // [M][E] fp32, or
+  const uint16_t* logits_bf16 = nullptr; // [M][E] bf16 bits (exactly one of the two)
   const float* bias = nullptr;    // [E] or null
   int64_t tokens = 0, num_experts = 0;
   RoutingParams params;

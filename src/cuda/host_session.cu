@@ -48,6 +48,10 @@ struct CudaHostSession::Impl {
   void poison_output() { cuda_detail::poison_output(out.ptr, out_bytes, stream); }
   Output fetch_output() { return cuda_detail::fetch_output(out.ptr, layer->config(), args.tokens, stream); }
   void launch() { layer->forward(args, workspace.ptr, workspace_bytes, stream); }
+  /// Copy x and one routing input (ids/weights, or `count` logits of `logit_bytes` each:
+  /// 4 for fp32, 2 for BF16) to the device, and set args to read them.
+  void stage(const Activations& x, const Routing* routing, const void* logits, size_t count,
+             size_t logit_bytes);
 };
 
 CudaHostSession::CudaHostSession(const CudaMoeLayer& layer, int64_t max_tokens)
@@ -66,12 +70,21 @@ CudaHostSession::~CudaHostSession() {
 
 void CudaHostSession::set_inputs(const Activations& x, const Routing* routing,
                                  const std::vector<float>* logits) {
-  Impl& s = *impl_;
+  MXMOE_CHECK_ARG((routing != nullptr) != (logits != nullptr), "routing",
+                  "give exactly one of topk ids/weights and router logits");
+  impl_->stage(x, routing, logits ? logits->data() : nullptr, logits ? logits->size() : 0, 4);
+}
+
+void CudaHostSession::set_inputs(const Activations& x, const std::vector<uint16_t>& logits_bf16) {
+  impl_->stage(x, nullptr, logits_bf16.data(), logits_bf16.size(), 2);
+}
+
+void CudaHostSession::Impl::stage(const Activations& x, const Routing* routing, const void* logits,
+                                  size_t count, size_t logit_bytes) {
+  Impl& s = *this;
   const MoeConfig& cfg = s.layer->config();
   MXMOE_CHECK_ARG(x.tokens >= 1 && x.tokens <= s.max_tokens, "x.tokens",
                   "must be in [1, ", s.max_tokens, "], got ", x.tokens);
-  MXMOE_CHECK_ARG((routing != nullptr) != (logits != nullptr), "routing",
-                  "give exactly one of topk ids/weights and router logits");
   x.validate("x", cfg.hidden);
   const int64_t M = x.tokens, K = cfg.hidden;
   ForwardArgs a;
@@ -100,11 +113,15 @@ void CudaHostSession::set_inputs(const Activations& x, const Routing* routing,
     a.topk_ids = static_cast<const int32_t*>(s.ids.ptr);
     a.topk_weights = static_cast<const float*>(s.weights.ptr);
   } else {
-    MXMOE_CHECK_ARG(static_cast<int64_t>(logits->size()) == M * cfg.num_experts, "router_logits",
-                    "size must be tokens*num_experts = ", M * cfg.num_experts, ", got ", logits->size());
-    s.logits.reserve(logits->size() * 4);
-    HS_CHECK(cudaMemcpy(s.logits.ptr, logits->data(), logits->size() * 4, cudaMemcpyHostToDevice));
-    a.router_logits = static_cast<const float*>(s.logits.ptr);
+    const char* name = logit_bytes == 2 ? "router_logits_bf16" : "router_logits";
+    MXMOE_CHECK_ARG(static_cast<int64_t>(count) == M * cfg.num_experts, name,
+                    "size must be tokens*num_experts = ", M * cfg.num_experts, ", got ", count);
+    s.logits.reserve(count * logit_bytes);
+    HS_CHECK(cudaMemcpy(s.logits.ptr, logits, count * logit_bytes, cudaMemcpyHostToDevice));
+    if (logit_bytes == 2)
+      a.router_logits_bf16 = static_cast<const uint16_t*>(s.logits.ptr);
+    else
+      a.router_logits = static_cast<const float*>(s.logits.ptr);
   }
   s.out_bytes = static_cast<size_t>(M * K) * (cfg.output_format == OutputFormat::BF16 ? 2 : 4);
   s.out.reserve(s.out_bytes);

@@ -606,7 +606,15 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                   "is mxfp8 but the layer consumes bf16 activations (config.input_format); "
                   "pass bf16 x or build the layer with input_format mxfp8");
   const bool have_ids = args.topk_ids != nullptr || args.topk_weights != nullptr;
-  const bool have_logits = args.router_logits != nullptr;
+  // Router logits come in fp32 or BF16: one pointer, never both (not even with no tokens).
+  MXMOE_CHECK_ARG(args.router_logits == nullptr || args.router_logits_bf16 == nullptr,
+                  "args.router_logits_bf16",
+                  "is given together with args.router_logits: pass the logits once, in one format");
+  const bool logits_bf16 = args.router_logits_bf16 != nullptr;
+  const void* logits = logits_bf16 ? static_cast<const void*>(args.router_logits_bf16)
+                                   : static_cast<const void*>(args.router_logits);
+  const char* logits_arg = logits_bf16 ? "args.router_logits_bf16" : "args.router_logits";
+  const bool have_logits = logits != nullptr;
   if (!empty) {
     MXMOE_CHECK_ARG(args.x != nullptr, "args.x", "is null");
     MXMOE_CHECK_ARG(aligned(args.x, 16), "args.x", "pointer ", args.x, " is not 16-byte aligned");
@@ -616,7 +624,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
       MXMOE_CHECK_ARG(args.x_scale == nullptr, "args.x_scale",
                       "is given but x_format is bf16 (no scales)");
     }
-    MXMOE_CHECK_ARG(have_ids != have_logits, "args.router_logits",
+    MXMOE_CHECK_ARG(have_ids != have_logits, logits_arg,
                     have_logits ? "is given together with topk_ids/topk_weights"
                                 : "is null and so are topk_ids/topk_weights",
                     ": give exactly one routing input");
@@ -624,9 +632,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
   if (empty) {
     // Null ids with null logits is fine here (empty tensors); both modes at once is not.
-    MXMOE_CHECK_ARG(!(have_ids && have_logits), "args.router_logits",
+    MXMOE_CHECK_ARG(!(have_ids && have_logits), logits_arg,
                     "is given together with topk_ids/topk_weights: give exactly one routing input");
-    MXMOE_CHECK_ARG(!have_logits || s.has_routing, "args.router_logits",
+    MXMOE_CHECK_ARG(!have_logits || s.has_routing, logits_arg,
                     "given, but the layer was built without RoutingParams");
   } else if (have_ids) {
     MXMOE_CHECK_ARG(args.topk_ids != nullptr, "args.topk_ids", "is null but topk_weights is given");
@@ -635,10 +643,10 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     MXMOE_CHECK_ARG(aligned(args.topk_ids, 4), "args.topk_ids", "is not 4-byte aligned");
     MXMOE_CHECK_ARG(aligned(args.topk_weights, 4), "args.topk_weights", "is not 4-byte aligned");
   } else {
-    MXMOE_CHECK_ARG(s.has_routing, "args.router_logits",
+    MXMOE_CHECK_ARG(s.has_routing, logits_arg,
                     "given, but the layer was built without RoutingParams");
-    MXMOE_CHECK_ARG(aligned(args.router_logits, 4), "args.router_logits",
-                    "is not 4-byte aligned");
+    MXMOE_CHECK_ARG(aligned(logits, logits_bf16 ? 2 : 4), logits_arg, "is not ",
+                    logits_bf16 ? 2 : 4, "-byte aligned");
   }
   MXMOE_CHECK_ARG(aligned(args.out, cfg.output_format == OutputFormat::FP32 ? 4 : 2), "args.out",
                   "pointer ", args.out, " is misaligned for ", to_string(cfg.output_format));
@@ -662,7 +670,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
       check_device_pointer(args.topk_ids, "args.topk_ids", s.device);
       check_device_pointer(args.topk_weights, "args.topk_weights", s.device);
     } else {
-      check_device_pointer(args.router_logits, "args.router_logits", s.device);
+      check_device_pointer(logits, logits_arg, s.device);
     }
     check_device_pointer(args.out, "args.out", s.device);
   }
@@ -681,6 +689,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   if (have_logits) {
     RouteParams rp;
     rp.logits = args.router_logits;
+    rp.logits_bf16 = args.router_logits_bf16;
     rp.bias = static_cast<const float*>(s.router_bias.get());
     rp.tokens = M;
     rp.num_experts = cfg.num_experts;

@@ -4,6 +4,7 @@
 // optional group limit, then weights in the same fp32 operation order as the CPU:
 // sigmoid via am::sigmoid_f32, renormalize by a sum taken in slot order, scaling factor.
 // A NaN score ranks as -inf and is still selectable, so a token always gets k ids.
+// Logits come as fp32 or BF16 (widened exactly on load, as route_cpu_bf16 does).
 #include <cfloat>
 #include <climits>
 
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const RoutePara
   const int E = static_cast<int>(p.num_experts);
   const int k = static_cast<int>(p.params.top_k);
   const bool sigmoid = p.params.kind == RouterKind::Sigmoid;
-  const float* l = p.logits + tok * E;
+  const int64_t row = tok * E;
 
   float key[EPL], val[EPL];  // val: unbiased score (sigmoid) or raw logit (softmax)
   uint32_t taken = 0;        // bit i: expert lane + 32i is not selectable
@@ -52,7 +53,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const RoutePara
   for (int i = 0; i < EPL; ++i) {
     const int e = lane + 32 * i;
     if (e < E) {
-      const float x = l[e];
+      // Uniform per launch: fp32 logits, or BF16 widened exactly (route_cpu_bf16).
+      const float x = p.logits ? p.logits[row + e] : fmt::bf16_to_float(p.logits_bf16[row + e]);
       if (sigmoid) {
         const float s = am::sigmoid_f32(x);
         val[i] = s;

@@ -36,6 +36,7 @@ struct CudaHostSession::Impl {};
 CudaHostSession::CudaHostSession(const CudaMoeLayer&, int64_t) { not_built(); }
 CudaHostSession::~CudaHostSession() = default;
 void CudaHostSession::set_inputs(const Activations&, const Routing*, const std::vector<float>*) { not_built(); }
+void CudaHostSession::set_inputs(const Activations&, const std::vector<uint16_t>&) { not_built(); }
 Output CudaHostSession::run_eager() { not_built(); }
 std::vector<Output> CudaHostSession::run_graph(int) { not_built(); }
 CudaHostSession::Timing CudaHostSession::time(int, bool) { not_built(); }

@@ -194,14 +194,24 @@ TEST(E2m1Decode, Bf16PlacementEqualsFp16RouteForEveryWord) {
 
 // ---------------------------------------------------------------- routing
 
-void check_routing(const std::vector<float>& logits, int64_t M, int64_t E,
+// The routing kernel on `logits` (fp32, or BF16 bits) against route_cpu (route_cpu_bf16)
+// on the same values, ids and weights bit for bit.
+template <typename Logit>
+void check_routing(const std::vector<Logit>& logits, int64_t M, int64_t E,
                    const std::vector<float>* bias, const RoutingParams& rp) {
-  const Routing want = route_cpu(logits.data(), M, E, bias ? bias->data() : nullptr, rp);
-  Dev<float> dl(logits), db(bias ? *bias : std::vector<float>{0.0f});
+  static_assert(std::is_same_v<Logit, float> || std::is_same_v<Logit, uint16_t>);
+  constexpr bool kBf16 = std::is_same_v<Logit, uint16_t>;
+  const float* b = bias ? bias->data() : nullptr;
+  Routing want;
+  if constexpr (kBf16) want = route_cpu_bf16(logits.data(), M, E, b, rp);
+  else want = route_cpu(logits.data(), M, E, b, rp);
+  Dev<Logit> dl(logits);
+  Dev<float> db(bias ? *bias : std::vector<float>{0.0f});
   Dev<int32_t> ids(M * rp.top_k);
   Dev<float> w(M * rp.top_k);
   cd::RouteParams p;
-  p.logits = dl.p;
+  if constexpr (kBf16) p.logits_bf16 = dl.p;
+  else p.logits = dl.p;
   p.bias = bias ? db.p : nullptr;
   p.tokens = M;
   p.num_experts = E;
@@ -277,6 +287,31 @@ TEST(Routing, GroupLimitedAndSoftmaxMatchRouteCpu) {
   sm.renormalize = false;
   check_routing(l, M, E, nullptr, sm);
   sm.top_k = 32;
+  check_routing(l, M, E, nullptr, sm);
+}
+
+TEST(Routing, Bf16LogitsMatchRouteCpuBf16BitExact) {
+  REQUIRE_GPU();
+  const int64_t M = 45, E = 896;
+  Rng rng(15);
+  std::vector<uint16_t> l(M * E);
+  for (auto& v : l) v = fmt::float_to_bf16(static_cast<float>(rng.normal() * 2.0));  // BF16's ties too
+  l[3 * E + 5] = 0x7FC0;  // NaN
+  l[4 * E + 6] = 0x7F80;  // +Inf
+  l[4 * E + 7] = 0xFF80;  // -Inf
+  std::vector<float> b(E);
+  for (auto& v : b) v = static_cast<float>(rng.normal() * 0.1);
+  RoutingParams rp;
+  rp.top_k = 16;
+  rp.routed_scaling_factor = 2.5f;
+  check_routing(l, M, E, &b, rp);
+  rp.n_group = 8;
+  rp.topk_group = 4;
+  check_routing(l, M, E, &b, rp);
+  RoutingParams sm;
+  sm.kind = RouterKind::Softmax;
+  sm.top_k = 4;
+  sm.renormalize = false;
   check_routing(l, M, E, nullptr, sm);
 }
 
@@ -1756,6 +1791,73 @@ TEST(Layer, GpuRouterMatchesHostRoutedReference) {
   expect_matches_reference(cfg, syn.weights, x, r, o, "gpu router");
   const auto g = s.run_graph(2);
   EXPECT_TRUE(g[0].fp32 == o.fp32 && g[1].fp32 == o.fp32);
+}
+
+TEST(Layer, Bf16RouterLogitsEqualTheirFp32WideningBitForBit) {
+  REQUIRE_GPU();
+  MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  cfg.num_experts = 64;
+  cfg.top_k = 6;
+  cfg.ep_size = 4;
+  cfg.ep_rank = 1;
+  RoutingParams rp;
+  rp.top_k = 6;
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 25);
+  const int64_t M = 19;
+  const Activations x = make_activations(M, cfg.hidden, 26);
+  Rng rng(27);
+  std::vector<uint16_t> l16(M * cfg.num_experts);
+  for (auto& v : l16) v = fmt::float_to_bf16(static_cast<float>(rng.normal()));
+  std::vector<float> l32(l16.size()), bias(cfg.num_experts);
+  for (size_t i = 0; i < l16.size(); ++i) l32[i] = fmt::bf16_to_float(l16[i]);
+  for (auto& v : bias) v = static_cast<float>(rng.normal() * 0.1);
+  CudaMoeLayer layer(cfg, syn.weights, &rp, &bias);
+  CudaHostSession wide(layer, M), narrow(layer, M);
+  wide.set_inputs(x, nullptr, &l32);
+  narrow.set_inputs(x, l16);
+  const Output o32 = wide.run_eager(), o16 = narrow.run_eager();
+  EXPECT_TRUE(o16.bf16 == o32.bf16) << "BF16 logits routed otherwise than their fp32 widening";
+  expect_matches_reference(cfg, syn.weights, x, route_cpu_bf16(l16.data(), M, cfg.num_experts, bias.data(), rp),
+                           o16, "bf16 router logits");
+  const auto g = narrow.run_graph(2);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_TRUE(g[0].bf16 == o16.bf16 && g[1].bf16 == o16.bf16) << "graph replay differs from eager";
+
+  // Bad arguments, each named: both formats at once, ids beside BF16 logits, misaligned.
+  const size_t wsb = layer.workspace_size(M);
+  Dev<uint8_t> ws(wsb);
+  Dev<uint16_t> dx(M * cfg.hidden), out(M * cfg.hidden), d16(l16);
+  Dev<uint8_t> dxs(M * cfg.hidden / 32);
+  Dev<float> d32(l32);
+  Dev<int32_t> ids(M * cfg.top_k);
+  Dev<float> wts(M * cfg.top_k);
+  ForwardArgs a;
+  a.tokens = M;
+  a.x = dx.p;
+  a.out = out.p;
+  auto expect_bad = [&](const ForwardArgs& bad, const std::string& argument) {
+    try {
+      layer.forward(bad, ws.p, wsb, nullptr);
+      ADD_FAILURE() << "accepted bad " << argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  ForwardArgs b = a;
+  b.router_logits = d32.p;
+  b.router_logits_bf16 = d16.p;
+  expect_bad(b, "args.router_logits_bf16");
+  b.tokens = 0;  // refused with no tokens too
+  expect_bad(b, "args.router_logits_bf16");
+  b = a;
+  b.router_logits_bf16 = d16.p;
+  b.topk_ids = ids.p;
+  b.topk_weights = wts.p;
+  expect_bad(b, "args.router_logits_bf16");
+  b = a;
+  b.router_logits_bf16 = reinterpret_cast<const uint16_t*>(reinterpret_cast<const char*>(d16.p) + 1);
+  expect_bad(b, "args.router_logits_bf16");
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(Layer, NanTokenStaysInItsRowAndInfSaturates) {
