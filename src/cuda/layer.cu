@@ -61,6 +61,17 @@ std::string unsupported_reason(const cudaDeviceProp& prop) {
   return "";
 }
 
+/// What a supported GPU (`prop`, current) runs: gpu_capabilities' answer, the one the
+/// capability query reports, so the layer's choice of paths and precisions and the query
+/// cannot disagree. The sm_90a kernels count only on Hopper, where they load.
+GpuCapabilities capabilities_of(const cudaDeviceProp& prop) {
+  return gpu_capabilities(true, prop.major, prop.major == 9 && cuda_detail::prefill_kernels_available());
+}
+
+bool lists(const std::vector<std::string>& names, const char* name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 struct DevFree {
   void operator()(void* p) const {
     if (p) cudaFree(p);
@@ -117,16 +128,16 @@ std::vector<GpuInfo> cuda_devices() {
       g.note = e.what();
     }
     g.supported = g.note.empty();
-    bool sm90a = false;
-    if (g.supported && prop.major == 9) {
+    if (g.supported) {
       try {
         DeviceGuard guard(i);
-        sm90a = cuda_detail::prefill_kernels_available();
+        g.capabilities = capabilities_of(prop);
       } catch (const Error&) {
-        sm90a = false;  // then the decode path serves every size, as the layer would decide
+        // The sm_90a kernels could not be checked: the decode path serves every size.
+        g.capabilities = gpu_capabilities(true, prop.major, false);
       }
     }
-    g.capabilities = gpu_capabilities(g.supported, prop.major, sm90a);
+    const bool sm90a = lists(g.capabilities.precisions, "fp8");
     if (g.supported)
       g.note = sm90a ? "precisions exact (BF16 tensor cores, fp32 accumulation) and fp8 (the FP8 mode); "
                        "decode and wgmma prefill paths"
@@ -470,6 +481,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   MXMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   const std::string why = unsupported_reason(prop);
   if (!why.empty()) throw Unsupported("backend cuda: " + why);
+  const GpuCapabilities caps = capabilities_of(prop);
 
   const int64_t K = cfg.hidden, N = cfg.intermediate;
   s.d13 = tiled_dims(2 * N, K);
@@ -491,7 +503,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     };
     // MXMOE_PREFILL=0: a test knob that keeps the decode and generic paths at every size
     // (their kernels still serve GPUs without the sm_90a prefill kernels).
-    s.prefill_ok = !knob_off("MXMOE_PREFILL") && prop.major == 9 && prefill_kernels_available() &&
+    s.prefill_ok = !knob_off("MXMOE_PREFILL") && lists(caps.paths, "prefill") &&
                    in_range(weights.w13_scale) && in_range(weights.w2_scale);
     if (s.prefill_ok) {
       check_gemm1_prefill_kernels();
@@ -504,7 +516,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
     s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
   if (cfg.precision == Precision::FP8) {
-    if (prop.major != 9 || !prefill_kernels_available())
+    if (!lists(caps.precisions, "fp8"))
       throw Unsupported(detail::cat("config.precision fp8: needs Hopper (sm_90) and this build's "
                                     "sm_90a kernels; device ", dev, " is sm_", prop.major,
                                     prop.minor, ": use precision exact"));

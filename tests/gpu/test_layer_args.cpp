@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -129,6 +130,29 @@ TEST(LayerArgs, MisalignedPointersAreRejectedBeforeAnyLaunch) {
   expect_invalid([&] { layer.forward(a, ws, layer.workspace_size(M), nullptr); }, "args.x");
   cudaFree(ws);
   cudaFree(buf);
+}
+
+// The capability query and the layer decide by one rule (gpu_capabilities): a layer takes
+// precision fp8 exactly where cuda_devices() lists it for the layer's GPU.
+TEST(LayerArgs, LayerTakesPrecisionFp8ExactlyWhereTheQueryListsIt) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible (run on a GPU machine; see README)";
+  const std::vector<GpuInfo> gpus = cuda_devices();
+  ASSERT_FALSE(gpus.empty());
+  const GpuInfo& g = gpus[0];
+  ASSERT_TRUE(g.supported) << g.note;
+  const auto& p = g.capabilities.precisions;
+  const bool fp8 = std::find(p.begin(), p.end(), "fp8") != p.end();
+  MoeConfig c = small_cfg();
+  c.hidden = 256;
+  c.intermediate = 128;
+  c.precision = Precision::FP8;  // MXFP8 input and intermediate, the defaults
+  SyntheticLayer w = make_synthetic_layer(c, 5);
+  if (fp8) {
+    EXPECT_NO_THROW({ CudaMoeLayer l(c, w.weights, nullptr, nullptr, g.index); }) << g.name;
+  } else {
+    expect_unsupported_naming([&] { CudaMoeLayer l(c, w.weights, nullptr, nullptr, g.index); },
+                              "use precision exact");
+  }
 }
 
 TEST(LayerArgs, HostSessionChecksItsArguments) {
