@@ -154,9 +154,9 @@ struct WorkspaceLayout {
   size_t xf = 0;           // u8 [M*k][Kp] x re-expressed (stage_fp8.cu) in routed-row
                            // order, Kp = K up to 128; inside y's range where it fits
                            // (GEMM2 writes y after GEMM1 has read it)
-  size_t xf_scale = 0;     // f32 [M*k][Kp/128], after xf
+  size_t xf_scale = 0;     // f32 [Kp/128][fp8_scale_rows(M*k)], after xf
   size_t if8 = 0;          // u8 [M*k][Np] the intermediate re-expressed
-  size_t if8_scale = 0;    // f32 [M*k][Np/128]
+  size_t if8_scale = 0;    // f32 [Np/128][fp8_scale_rows(M*k)]
   int gemm2_splits = 1;
   size_t total = 0;
   static WorkspaceLayout make(const MoeConfig& cfg, int64_t tokens);
@@ -254,7 +254,7 @@ struct Gemm1Params {
   bool fp8 = false;
   Fp8MatView w13f8;
   const uint8_t* xf = nullptr;     // [M*k][w13f8.cols_p] staged x in routed-row order (TMA)
-  const float* xf_scale = nullptr;  // [M*k][w13f8.groups]
+  const float* xf_scale = nullptr;  // [w13f8.groups][fp8_scale_rows(M*k)]
   /// Decode path at one token: launched as a programmatic dependent of the permutation's
   /// prologue kernel (heuristics.h use_programmatic_gemm1). Its blocks start beside the
   /// prologue, move their first weight chunks toward L2 if the routing ids (`ids`,
@@ -309,7 +309,7 @@ struct Gemm2Params {
   bool fp8 = false;
   Fp8MatView w2f8;
   const uint8_t* if8 = nullptr;
-  const float* if8_scale = nullptr;
+  const float* if8_scale = nullptr;  // [w2f8.groups][fp8_scale_rows(M*k)]
   /// Decode path: GEMM1's expert-ready counters (Gemm1Params::expert_ready). Each block
   /// waits for its expert's to reach expert_ready_target(ready_row_groups, rows) instead
   /// of for GEMM1's whole grid. Null: the grid-wide wait.
@@ -361,7 +361,8 @@ struct StageBf16Params {
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
 /// FP8-mode operand staging (stage_fp8.cu): MXFP8 rows (E4M3 codes + E8M0 scale per 32)
 /// -> E4M3 codes under one scale per 128 of K (fp8mode::activation_code), zero-padded to
-/// `stride` = groups * 128, and dst_scale[row][group] = 2^(group byte - 127 + scale_shift).
+/// `stride` = groups * 128, and dst_scale[group][row] = 2^(group byte - 127 + scale_shift)
+/// (group-major, so that a tile's 128 token scales of a group are one TMA box).
 struct StageFp8Params {
   const uint8_t* src = nullptr;        // [rows][cols] e4m3 codes (gathered: [tokens][cols])
   const uint8_t* scale = nullptr;      // [rows][cols/32] (gathered: [tokens][cols/32])
@@ -373,12 +374,16 @@ struct StageFp8Params {
   int64_t top_k = 1;
   int64_t cols = 0, stride = 0;
   uint8_t* dst = nullptr;              // [rows][stride]
-  float* dst_scale = nullptr;          // [rows][stride/128]
+  float* dst_scale = nullptr;          // [stride/128][scale_rows]
+  int64_t scale_rows = 0;              // fp8_scale_rows(rows)
   /// Binades added to every staged scale: the consuming weights' row_exp_ref - 127 in the
   /// row form (engine.h Fp8Dims), 0 in the group form.
   int scale_shift = 0;
 };
 void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
+/// Rows of each group of the staged scales: `rows` up to a multiple of 4 (16 bytes, the
+/// stride a TMA map needs).
+inline constexpr int64_t fp8_scale_rows(int64_t rows) { return (rows + 3) / 4 * 4; }
 /// CTAs of a prefill launch: `per_sm` per SM of the current device (or fewer with the
 /// test knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
 int prefill_ctas(int per_sm = 1);

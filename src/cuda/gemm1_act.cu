@@ -981,11 +981,11 @@ __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile
 template <int kAct, bool kRowScale>
 __global__ void __launch_bounds__(F8Cta<true>::kThreads, 1)
     gemm1_fp8_kernel(const Gemm1Params p, const __grid_constant__ CUtensorMap w_map,
-                     const __grid_constant__ CUtensorMap b_map) {
+                     const __grid_constant__ CUtensorMap b_map, const __grid_constant__ CUtensorMap bs_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w13f8.scale, .rows_p = p.w13f8.rows_p,
-                     .groups = p.w13f8.groups, .bs = p.xf_scale, .counts = p.counts,
+  const F8Operands o{.wmap = &w_map, .bmap = &b_map, .bsmap = &bs_map, .ws = p.w13f8.scale,
+                     .rows_p = p.w13f8.rows_p, .groups = p.w13f8.groups, .counts = p.counts,
                      .offsets = p.offsets, .num_local = p.num_local};
   f8_run<kRowScale>(
       o, f8_smem,
@@ -1064,7 +1064,8 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
         MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cta::kSmemBytes));
         kernel<<<prefill_ctas(), Cta::kThreads, Cta::kSmemBytes, stream>>>(
             p, fp8_codes_map(p.w13f8.codes, int64_t{p.num_local} * p.w13f8.rows_p, p.w13f8.cols_p),
-            fp8_staged_rows_map(p.xf, p.tokens * p.top_k, p.w13f8.cols_p));
+            fp8_staged_rows_map(p.xf, p.tokens * p.top_k, p.w13f8.cols_p),
+            fp8_token_scales_map(p.xf_scale, p.tokens * p.top_k, p.w13f8.groups));
         MXMOE_LAUNCH_CHECK("gemm1_fp8_kernel");
       });
     });

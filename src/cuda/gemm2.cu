@@ -357,11 +357,11 @@ __device__ __forceinline__ void f8_store_y(const Gemm2Params& p, const float (&a
 template <bool kRowScale>
 __global__ void __launch_bounds__(F8Cta<false>::kThreads, 1)
     gemm2_fp8_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap w_map,
-                     const __grid_constant__ CUtensorMap b_map) {
+                     const __grid_constant__ CUtensorMap b_map, const __grid_constant__ CUtensorMap bs_map) {
 #if defined(MXMOE_SM90A)
   extern __shared__ uint8_t f8_smem[];
-  const F8Operands o{.wmap = &w_map, .bmap = &b_map, .ws = p.w2f8.scale, .rows_p = p.w2f8.rows_p,
-                     .groups = p.w2f8.groups, .bs = p.if8_scale, .counts = p.counts,
+  const F8Operands o{.wmap = &w_map, .bmap = &b_map, .bsmap = &bs_map, .ws = p.w2f8.scale,
+                     .rows_p = p.w2f8.rows_p, .groups = p.w2f8.groups, .counts = p.counts,
                      .offsets = p.offsets, .num_local = p.num_local};
   f8_run<kRowScale>(o, f8_smem, [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales,
                                           const PfTile& tile, int wg, const F8Ring&) {
@@ -459,7 +459,8 @@ void launch_gemm2(const Gemm2Params& p, cudaStream_t stream) {
       MXMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cta::kSmemBytes));
       kernel<<<prefill_ctas(), Cta::kThreads, Cta::kSmemBytes, stream>>>(
           p, fp8_codes_map(p.w2f8.codes, int64_t{p.num_local} * p.w2f8.rows_p, p.w2f8.cols_p),
-          fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p));
+          fp8_staged_rows_map(p.if8, p.tokens * p.top_k, p.w2f8.cols_p),
+          fp8_token_scales_map(p.if8_scale, p.tokens * p.top_k, p.w2f8.groups));
       MXMOE_LAUNCH_CHECK("gemm2_fp8_kernel");
     });
     return;

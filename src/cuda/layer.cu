@@ -365,16 +365,17 @@ WorkspaceLayout WorkspaceLayout::make(const MoeConfig& cfg, int64_t tokens) {
     const size_t Kg = (K + 127) / 128, Ng = (N + 127) / 128;
     // x in routed-row order (GEMM1's token rows by TMA) lives in y's range where it fits:
     // only GEMM1 reads it, and GEMM2, which writes y, starts after GEMM1 ends.
-    const size_t xf_bytes = align256(pairs * Kg * 128) + pairs * Kg * 4;
+    const size_t scale_rows = static_cast<size_t>(fp8_scale_rows(static_cast<int64_t>(pairs)));
+    const size_t xf_bytes = align256(pairs * Kg * 128) + scale_rows * Kg * 4;
     if (xf_bytes <= y_bytes) {
       l.xf = l.y;
       l.xf_scale = l.y + align256(pairs * Kg * 128);
     } else {
       l.xf = take(pairs * Kg * 128);
-      l.xf_scale = take(pairs * Kg * 4);
+      l.xf_scale = take(scale_rows * Kg * 4);
     }
     l.if8 = take(pairs * Ng * 128);
-    l.if8_scale = take(pairs * Ng * 4);
+    l.if8_scale = take(scale_rows * Ng * 4);
   } else if (use_prefill(tokens, true)) {
     const size_t Kp = (K + 63) / 64 * 64, Np = (N + 63) / 64 * 64;
     l.inexact = take(kPrefillWordsBytes);
@@ -760,7 +761,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                         .live_rows = pp.offsets + pp.num_local, .row_map = pp.row_map, .top_k = k,
                         .cols = K, .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
                         .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale),
-                        .scale_shift = fp8_scale_shift(s.f13)};
+                        .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f13)};
     launch_stage_fp8(fx, st);
   }
   if (prefill) {
@@ -874,7 +875,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                             .cols = N, .stride = s.f2.cols_p,
                             .dst = reinterpret_cast<uint8_t*>(ws + L.if8),
                             .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale),
-                            .scale_shift = fp8_scale_shift(s.f2)};
+                            .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f2)};
     launch_stage_fp8(fi, st);
     g2.fp8 = true;
     g2.splits = 1;

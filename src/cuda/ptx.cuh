@@ -119,14 +119,6 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gm
                : "memory");
 }
 
-/// 4-byte asynchronous copy through L1 (cp.async.ca: .cg copies only 16 bytes), zero-fill
-/// as cp_async_16_zfill; for scattered scalars (the FP8 mode's per-token scales).
-__device__ __forceinline__ void cp_async_4_zfill(void* smem_dst, const void* gmem_src, uint32_t src_bytes) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
-               : "memory");
-}
-
 /// Programmatic dependent launch (sm_90 and later; no-ops before, and for a grid that was
 /// not launched as a programmatic dependent). A dependent grid may start while the
 /// stream's previous kernel still runs: it must wait here before it reads what that

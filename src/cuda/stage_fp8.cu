@@ -10,7 +10,8 @@
 // the same code with its exponent lowered by T - t (exact, the fast path here); below it
 // rounds onto the subnormal grid (the mode's bounded error). Codes past `cols` are zeros
 // up to `stride`; dst_scale holds 2^(T - 127 + scale_shift) as fp32 (the shift carries
-// the row form's reference exponent, engine.h Fp8Dims).
+// the row form's reference exponent, engine.h Fp8Dims), group-major: the FP8 kernels'
+// producers take a tile's 128 token scales of a group as one TMA box (wgmma_fp8.cuh).
 #include "common.cuh"
 #include "engine.h"
 #include "mxmoe/formats.h"
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_fp8_kernel(const Sta
       // 2^(T - 127 + shift), exact down to fp32's smallest subnormal (ldexpf; shift 0 gives
       // e8m0_to_float(T)); NaN stays NaN.
       if (lane % 8 == 0)
-        p.dst_scale[row * groups + grp] = T == fmt::kE8m0Nan ? fmt::e8m0_to_float(T)
+        p.dst_scale[grp * p.scale_rows + row] = T == fmt::kE8m0Nan ? fmt::e8m0_to_float(T)
                                                             : ldexpf(1.0f, static_cast<int>(T) - 127 + p.scale_shift);
     }
   }
@@ -118,6 +119,8 @@ void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream) {
                   " rounded up to a multiple of ", fp8mode::kGroup);
   MXMOE_CHECK_ARG(p.row_map == nullptr || p.top_k >= 1, "StageFp8Params.top_k", p.top_k,
                   ": a gathered staging needs top_k >= 1");
+  MXMOE_CHECK_ARG(p.scale_rows == fp8_scale_rows(p.rows), "StageFp8Params.scale_rows", p.scale_rows,
+                  ": the scales' groups are fp8_scale_rows(rows) = ", fp8_scale_rows(p.rows), " apart");
   if (p.rows == 0) return;
   const unsigned grid = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   stage_fp8_kernel<<<grid, kRowsPerBlock * 32, 0, stream>>>(p);

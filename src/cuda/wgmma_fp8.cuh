@@ -14,12 +14,12 @@
 //
 // CTA = 3 warpgroups (GEMM2) or 4 (GEMM1; F8Cta), a grid of one CTA per SM looping over
 // tiles:
-//   warpgroup 0 (producer): each group's 128 weight rows and 128 token rows (one TMA box
-//     each; the token rows are staged in routed-row order, stage_fp8.cu), 128 bytes each,
-//     128-byte swizzled (the wgmma K-major layout), and their scales, into a ring of
-//     kF8Stages stages (the row scales are read by the consumers once per tile instead);
-//     a stage's `full` mbarrier completes on the TMA bytes and on each producer thread's
-//     arrival once its scale copy has landed (cp_async_arrive_noinc).
+//   warpgroup 0 (producer; one thread issues): each group's 128 weight rows and 128 token
+//     rows (one TMA box each; the token rows are staged in routed-row order, stage_fp8.cu),
+//     128 bytes each, 128-byte swizzled (the wgmma K-major layout), and their scales (one
+//     TMA box or bulk copy each; the row form's weight scales are read by the consumers
+//     once per tile instead), into a ring of kF8Stages stages; a stage's `full` mbarrier
+//     completes on the TMA bytes.
 //   warpgroups 1, 2 (consumers 0, 1): consumer c owns tokens [64c, 64c + 64) of the
 //     tile and all 128 weight rows of the block: 64 + 64 fp32 registers (accumulator and
 //     scratch).
@@ -48,14 +48,30 @@ inline constexpr int kF8Group = 128;                           // K per stage an
 inline constexpr int kF8StageA = 0;                            // 128 weight rows x 128 B
 inline constexpr int kF8StageB = kF8Rows * kF8Group;           // 128 token rows x 128 B
 inline constexpr int kF8StageSA = kF8StageB + kPfTokens * kF8Group;  // 128 f32 row scales
-inline constexpr int kF8StageSB = kF8StageSA + kF8Rows * 4;    // 128 f32 token scales
-inline constexpr int kF8StageBytes = 33 * 1024;                // stays 1024-aligned
+inline constexpr int kF8StageSB = kF8StageSA + kF8Rows * 4;    // 132 f32 token scales
+/// Token scales per stage: the tile's 128 from the 16-byte boundary at or below its first
+/// routed row (so up to 3 before it). By every sign the TMA engine raises an illegal
+/// instruction on a box whose start in its innermost dimension is not 16-byte aligned (H200,
+/// session 43: boxes at the tiles' first rows, which follow the experts' row counts, faulted), so the
+/// box starts at the row rounded down to a multiple of 4 and the consumers read from
+/// (first row & 3) on (f8_token_scale_shift).
+inline constexpr int kF8TokenScaleBox = kPfTokens + 4;
+inline constexpr int kF8StageBytes = 34 * 1024;                // stays 1024-aligned
 /// Ring depth. 4 stages measured as fast as 6 once the producers stopped waiting for their
 /// copies (session 36: FP8 layer -0.6% to +0.8% at M=512..4096), and leave GEMM1 the room
 /// for its staged tile.
 inline constexpr int kF8Stages = 4;
+// f8_producer's warps take the groups in turns of four, and each waits only for the
+// stages of its own groups: a warp about to fill group n knows group n - 4 - kF8Stages
+// consumed, so stage n % kF8Stages's empty barrier is at most one phase behind (which
+// its parity wait needs) only with at least four stages.
+static_assert(kF8Stages >= 4, "f8_producer's turns: each warp's own wait covers its stage's previous round");
 using F8Cursor = RingCursor<kF8Stages>;
-static_assert(kF8StageSB + kPfTokens * 4 <= kF8StageBytes, "stage overflow");
+static_assert(kF8StageSB + kF8TokenScaleBox * 4 <= kF8StageBytes, "stage overflow");
+static_assert(kF8TokenScaleBox * 4 % 16 == 0 && kF8TokenScaleBox <= 256, "a TMA box: whole 16 bytes, at most 256");
+/// Where a tile's token scales start in its stages' box (kF8TokenScaleBox): its first
+/// routed row, offsets[e] + 128 tt, past the multiple of 4 at or below it.
+__device__ __forceinline__ int f8_token_scale_shift(int first_row) { return first_row & 3; }
 /// GEMM1's staged tile (f8_run with a drain warpgroup): the fp32 gate and up values of the
 /// tile's 64 intermediate columns for its 128 tokens, [128 rows][128 tokens]
 /// (f8_staged_index).
@@ -98,24 +114,29 @@ CUtensorMap fp8_codes_map(const uint8_t* codes, int64_t rows, int64_t cols_p);
 /// routed-row order), boxes of one 128-byte group of a 128-token tile, 128-byte swizzled;
 /// rows past `count` read as zeros (tensor_map.cu).
 CUtensorMap fp8_staged_rows_map(const uint8_t* rows, int64_t count, int64_t cols_p);
+/// TMA map of the staged rows' scales, fp32 [groups][fp8_scale_rows(count)] (stage_fp8.cu),
+/// boxes of one group's kF8TokenScaleBox tokens, unswizzled; rows past the buffer read as 0.
+CUtensorMap fp8_token_scales_map(const float* scales, int64_t count, int64_t groups);
 
 /// What the producer streams.
 struct F8Operands {
   const CUtensorMap* wmap = nullptr; // weight codes [E][rows_p][cols_p] (fp8_codes_map, a kernel parameter)
   const CUtensorMap* bmap = nullptr; // staged activation codes [routed rows][groups * 128]
                                      // (fp8_staged_rows_map, a kernel parameter)
+  const CUtensorMap* bsmap = nullptr; // their scales (fp8_token_scales_map, a kernel parameter)
   const float* ws = nullptr;         // scales [E][groups][rows_p], or [E][rows_p] (kRowScale)
   int rows_p = 0, groups = 0;
-  const float* bs = nullptr;         // the activations' scales [routed rows][groups]
   const int32_t* counts = nullptr;
   const int32_t* offsets = nullptr;
   int num_local = 0;
   __device__ int rb_count() const { return rows_p / kF8Rows; }
+  /// The first routed row of tile t (its token rows' and token scales' start).
+  __device__ int tile_first_row(const PfTile& t) const { return offsets[t.e] + t.tt * kPfTokens; }
 };
 
-/// Arrivals that complete a stage: every producer thread's once its cp.async scale copy has
-/// landed, and thread 0's arming of the TMA bytes.
-inline constexpr uint32_t kF8FullArrivals = 128 + 1;
+/// Arrivals that complete a stage: the producer thread's arming of the TMA bytes (every
+/// operand of a stage comes by TMA or bulk copy).
+inline constexpr uint32_t kF8FullArrivals = 1;
 
 /// The ring in dynamic shared memory, and GEMM1's staged tile.
 struct F8Ring {
@@ -156,34 +177,37 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
       mbar_init(r.staged_full, 256);
       mbar_init(r.staged_empty, 128);
     }
+    // The TMA engine (async proxy) completes on the full barriers, now their only
+    // arrivals but the issuing thread's: the inits made visible to it, as pf_init_barriers does.
+    fence_mbarrier_init();
   }
   __syncthreads();
   return r;
 }
 
 /// Producer warpgroup (threads 0..127): per group, lane 0 of one warp (warp n % 4 for the
-/// n-th group, so that the four schedulers share the work) hands the 128 weight rows and
-/// the tile's 128 token rows (one TMA box each, 128-byte swizzled) and the weights' 128
-/// scales (one bulk copy) to the TMA engine, and thread i copies the scale of token row i.
+/// n-th group, after that warp waited for the stage to be free) hands the 128 weight rows
+/// and the tile's 128 token rows (one TMA box each, 128-byte swizzled), the tokens' 128
+/// scales (one TMA box) and, in the group form, the weights' 128 scales (one bulk copy)
+/// to the TMA engine. Every warp walks the tiles and groups (warp-uniform values, so the
+/// TMA operands stay in uniform registers: issued by thread 0 alone, ptxas moved them
+/// over from vector registers, ~67 instructions per group on one scheduler); the turns
+/// spread the ~40 of each issue over the four schedulers.
 /// The token rows are the expert's routed rows, staged in that order (stage_fp8.cu): rows
-/// past the expert's are the next expert's or, past the buffer, zeros, and their scales
-/// zeros: their accumulator rows are never stored.
-/// kRowScale (the row form): no weight scales per group.
-/// Why TMA for GEMM1's token rows too: gathered by token with cp.async (8 copies of 16
-/// bytes per thread and group), the producer warp issued ~94 instructions per group on
-/// the scheduler it shares with two consumer warps and a drain warp, the busiest of the
-/// four (session 39); staging x in routed-row order costs a write of 16x x's bytes
-/// (PERFORMANCE.md, session 40). GEMM2's producer went from ~200 instructions per warp
-/// and group to ~70 the same way (session 33).
-/// Each thread arrives on the stage's `full` through cp_async_arrive_noinc, which the
-/// copy engine makes once the thread's copy has landed, so no thread waits for its
-/// copies: every stage of the ring can be in flight and is published as soon as it
-/// lands. Before (session 36) each thread waited for its copies two groups later, which
-/// held at most 3 groups in flight; publishing by arrival is 1.7-2.4% faster at
-/// M=512..1024, 0.6-1.3% at 4096 (PERFORMANCE.md).
+/// past the expert's are the next expert's, or rows nothing staged in this forward (past
+/// *live_rows), or zeros past the buffer, and so are their scales: their accumulator rows
+/// are never stored (a token is a row of the MMA's M dimension, so they touch no other).
+/// Why: gathered by token with cp.async (8 copies of 16 bytes and one scale per thread and
+/// group), every producer warp issued ~94 instructions per group on the scheduler it
+/// shares with two consumer warps and a drain warp (session 39), ~37 with the token rows
+/// by TMA and the scales still one cp.async per thread (session 40). Staging x in
+/// routed-row order costs a write of 16x x's bytes (PERFORMANCE.md, session 40).
+/// The stage is published by the TMA engine (the full barrier's transaction count), so
+/// the thread never waits for its copies: every stage of the ring can be in flight.
 template <bool kRowScale>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
-  const int i = threadIdx.x;
+  const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x >> 5, 0);  // warp-uniform (f8_run)
+  const bool lane0 = (threadIdx.x & 31) == 0;
   const int rb_count = o.rb_count();
   uint32_t n = 0;
   F8Cursor fill;
@@ -191,36 +215,30 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   for (int ti = blockIdx.x;; ti += gridDim.x) {
     const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
     if (t.e < 0) break;
-    const int count = o.counts[t.e];
-    const int brow0 = o.offsets[t.e] + t.tt * kPfTokens;  // the tile's first routed row
-    // The token scale of row i, or (past the expert's rows) row 0's copied as zeros
-    // (source size 0, never read): a base set up once per tile plus the group's offset.
-    const bool my_ok = t.tt * kPfTokens + i < count;
-    const float* s_src = o.bs + (my_ok ? static_cast<int64_t>(brow0 + i) * o.groups : 0);
-    const int wrow = t.e * o.rows_p + t.rb * kF8Rows;  // the block's first row in the map
+    const int brow0 = o.tile_first_row(t);
+    const int wrow = t.e * o.rows_p + t.rb * kF8Rows;      // the block's first row in the map
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
     for (int kg = 0; kg < o.groups; ++kg) {
-      const int s = fill.stage;
-      if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
-      uint8_t* st = ring.stages + s * kF8StageBytes;
-      if (static_cast<uint32_t>(i) == 32u * (n & 3u)) {
-        constexpr uint32_t kScaleBytes = kRowScale ? 0 : kF8Rows * 4;
-        constexpr uint32_t kBytes = kF8Rows * kF8Group + kPfTokens * kF8Group + kScaleBytes;
-        mbar_arrive_expect_tx(&ring.full[s], kBytes);
-        tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
-        tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
-        if constexpr (!kRowScale)
-          bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
-                           &ring.full[s]);
+      if ((n & 3u) == warp) {
+        const int s = fill.stage;
+        if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
+        if (lane0) {
+          uint8_t* st = ring.stages + s * kF8StageBytes;
+          constexpr uint32_t kScaleBytes = kRowScale ? 0 : kF8Rows * 4;
+          constexpr uint32_t kBytes = kF8Rows * kF8Group + kPfTokens * kF8Group + kF8TokenScaleBox * 4 + kScaleBytes;
+          mbar_arrive_expect_tx(&ring.full[s], kBytes);
+          tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
+          tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
+          tma_load_2d(st + kF8StageSB, o.bsmap, brow0 - f8_token_scale_shift(brow0), kg, &ring.full[s]);
+          if constexpr (!kRowScale)
+            bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
+                             &ring.full[s]);
+        }
       }
-      cp_async_4_zfill(st + kF8StageSB + i * 4, s_src + kg, my_ok ? 4u : 0u);
-      cp_async_arrive_noinc(&ring.full[s]);  // once this thread's copy has landed
       ++n;
       fill.advance();
     }
   }
-  cp_async_commit();
-  cp_async_wait<0>();  // no copy outlives its thread
 }
 
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = tokens
@@ -236,7 +254,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// The group form's weight scales are now the 32 per thread (16 LDS.64).
 template <bool kRowScale>
 __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
-                                            int groups, int wg) {
+                                            int groups, int wg, int scale_shift) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int tok = 64 * wg + 16 * warp + g;  // this thread's first token in the tile
 #pragma unroll
@@ -248,8 +266,9 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     const int s = cur.stage;
     mbar_wait(&ring.full[s], cur.phase);
     // No proxy fence: both operands are TMA (async-proxy) writes, ordered before the
-    // wgmmas by the barrier's completion; the scales, which come by cp.async, are read by
-    // LDS. (Dropping it from GEMM2 took the FP8 layer -2.6% at M=4096, session 40.)
+    // wgmmas by the barrier's completion; the scales, TMA or bulk-copy writes as well, are
+    // read by LDS after the same wait. (Dropping it from GEMM2 took the FP8 layer -2.6% at
+    // M=4096, session 40.)
     const uint8_t* st = ring.stages + s * kF8StageBytes;
     const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
     const uint64_t db = smem_desc_k128(st + kF8StageA);
@@ -259,7 +278,7 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
       wgmma_m64n128k32_e4m3_ss(part, da + 2 * ks, db + 2 * ks, ks);
     wgmma_commit();
     const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
-    const float* sb = reinterpret_cast<const float*>(st + kF8StageSB);
+    const float* sb = reinterpret_cast<const float*>(st + kF8StageSB) + scale_shift;
     const float sx0 = sb[tok], sx1 = sb[tok + 8];
     wgmma_wait<0>();
     acc_fence(part);
@@ -352,7 +371,8 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
     if (tile.e < 0) break;
     float acc[64];
-    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1);
+    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1,
+                           f8_token_scale_shift(o.tile_first_row(tile)));
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }

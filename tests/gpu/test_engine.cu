@@ -2184,6 +2184,7 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
   for (int64_t cols : {256, 352, 2208}) {
     SCOPED_TRACE("cols=" + std::to_string(cols));
     const int64_t rows = 41, kb = cols / 32, groups = (cols + 127) / 128, stride = groups * 128;
+    const int64_t srows = cd::fp8_scale_rows(rows);  // the scales are [groups][srows]
     Rng rng(static_cast<uint64_t>(cols));
     std::vector<uint8_t> codes(rows * cols), scale(rows * kb);
     for (auto& c : codes) c = static_cast<uint8_t>(rng.below(256));
@@ -2201,11 +2202,11 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
     for (int i = 0; i < 32; ++i) codes[5 * cols + 2 * 32 + i] = 0;
     scale[5 * kb + 2] = 0xFF;  // NaN scale over zeros: still NaN (0 x NaN)
     Dev<uint8_t> dsrc(codes), dsc(scale), dst(rows * stride);
-    Dev<float> dscale(rows * groups);
+    Dev<float> dscale(groups * srows);
     cudaMemset(dst.p, 0xAA, dst.n);
     cudaMemset(dscale.p, 0xFF, dscale.n * 4);
     cd::StageFp8Params p{.src = dsrc.p, .scale = dsc.p, .rows = rows, .cols = cols, .stride = stride,
-                         .dst = dst.p, .dst_scale = dscale.p};
+                         .dst = dst.p, .dst_scale = dscale.p, .scale_rows = srows};
     cd::launch_stage_fp8(p, nullptr);
     CK(cudaDeviceSynchronize());
     const auto got = dst.down();
@@ -2221,7 +2222,7 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
           for (int k = 0; k < 32; ++k) used[i] = used[i] || (codes[r * cols + b * 32 + k] & 0x7F) != 0;
         }
         const uint8_t T = fp8mode::group_scale_byte(&scale[r * kb + 4 * g], n, used);
-        EXPECT_EQ(fbits(got_s[r * groups + g]), fbits(fmt::e8m0_to_float(T))) << "row " << r << " group " << g;
+        EXPECT_EQ(fbits(got_s[g * srows + r]), fbits(fmt::e8m0_to_float(T))) << "row " << r << " group " << g;
         for (int k = 0; k < 128; ++k) {
           const int64_t col = 128 * g + k;
           uint8_t want = 0;
@@ -2245,8 +2246,9 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
     std::vector<int32_t> row_map(routed);
     for (auto& v : row_map) v = static_cast<int32_t>(rng.below(static_cast<uint64_t>(routed)));
     Dev<int32_t> dmap(row_map), dlive(std::vector<int32_t>{static_cast<int32_t>(live)});
+    const int64_t gsrows = cd::fp8_scale_rows(routed);
     Dev<uint8_t> gdst(routed * stride);
-    Dev<float> gscale(routed * groups);
+    Dev<float> gscale(groups * gsrows);
     cudaMemset(gdst.p, 0xAA, gdst.n);
     cudaMemset(gscale.p, 0xFF, gscale.n * 4);
     cd::StageFp8Params gp = p;
@@ -2256,6 +2258,7 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
     gp.top_k = top_k;
     gp.dst = gdst.p;
     gp.dst_scale = gscale.p;
+    gp.scale_rows = gsrows;
     cd::launch_stage_fp8(gp, nullptr);
     CK(cudaDeviceSynchronize());
     const auto gathered = gdst.down();
@@ -2266,7 +2269,7 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
       for (int64_t c = 0; c < stride; ++c)
         gbad += gathered[r * stride + c] != (r < live ? got[src * stride + c] : uint8_t{0xAA});
       for (int64_t g = 0; g < groups; ++g)
-        gbad += fbits(gathered_s[r * groups + g]) != (r < live ? fbits(got_s[src * groups + g]) : 0xFFFFFFFFu);
+        gbad += fbits(gathered_s[g * gsrows + r]) != (r < live ? fbits(got_s[g * srows + src]) : 0xFFFFFFFFu);
     }
     EXPECT_EQ(gbad, 0) << "gathered staging";
   }
@@ -2542,12 +2545,13 @@ TEST(Fp8Mode, HostWorkspaceHoldsTheFp8BuffersAndGrowsWithM) {
       if (fp8_prefill) {
         const size_t pairs = static_cast<size_t>(M * cfg->top_k);
         EXPECT_GE(L.if8_scale - L.if8, pairs * static_cast<size_t>(cfg->intermediate)) << "M=" << M;
-        EXPECT_GE(L.total - L.if8_scale, pairs * static_cast<size_t>(cfg->intermediate / 128) * 4) << "M=" << M;
+        const size_t srows = static_cast<size_t>(cd::fp8_scale_rows(M * cfg->top_k));
+        EXPECT_GE(L.total - L.if8_scale, srows * static_cast<size_t>(cfg->intermediate / 128) * 4) << "M=" << M;
         // x staged in routed-row order, inside y's range (free until GEMM2) where it fits.
         const size_t kg = static_cast<size_t>((cfg->hidden + 127) / 128);
         EXPECT_GE(L.xf_scale - L.xf, pairs * kg * 128) << "M=" << M;
         EXPECT_EQ(L.xf, L.y) << "M=" << M;
-        EXPECT_LE(L.xf_scale + pairs * kg * 4, L.back) << "M=" << M;
+        EXPECT_LE(L.xf_scale + srows * kg * 4, L.back) << "M=" << M;
       }
     }
   }
