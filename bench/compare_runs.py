@@ -4,7 +4,7 @@
 first, and the last variant against its floors and the PyTorch baseline of the same run.
 
 Input: `mxmoe bench --json` files named by a pattern with {v} (the variant's name) and
-{r} (the round), as docs/pending/device_round.sh writes them, e.g.
+{r} (the round), as the device rounds of sessions 40-45 wrote them, e.g.
 
     python3 bench/compare_runs.py OUT/l --variants a,b,c,d,e,f --rounds 1,2 --pattern '{v}_f8_{r}.json'
     python3 bench/compare_runs.py OUT/l --variants a,f --pattern '{v}_dec.json'

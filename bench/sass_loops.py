@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Instruction counts of a kernel's loops, from its SASS: what a change does to the hot
-loops before any GPU runs it (docs/pending/README.md, session 39).
+loops before any GPU runs it (PERFORMANCE.md, session 39).
 
 Input: `cuobjdump -sass` text of a binary or an object (cuobjdump and nvdisasm are not
 in the development machine's toolkit: `pip download --no-deps nvidia-cuda-cuobjdump`,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/variants.sh — `mxmoe` binaries for an A/B run on the GPU machine: one for this
 # checkout and one after each prefix of a patch series, so that one device run can time
-# every step of the series against the same baseline (docs/pending/README.md).
+# every step of the series against the same baseline (PERFORMANCE.md, sessions 39-45).
 #
 # Each variant recompiles only the CUDA files named in TUS, from a copy of HEAD with the
 # patches applied, with the build's own nvcc command; puts the objects into a copy of the
@@ -19,7 +19,7 @@
 #            activation_math.h, reaches both)
 #
 # Example (session 39's series):
-#   bash scripts/variants.sh build-gpu /tmp/var gemm1_act.cu,gemm2.cu docs/pending/000*.patch
+#   bash scripts/variants.sh build-gpu /tmp/var gemm1_act.cu,gemm2.cu series/000*.patch
 set -euo pipefail
 if [ $# -lt 3 ]; then
   sed -n '2,/^[^#]/{/^#/p}' "$0" >&2  # the header comment
