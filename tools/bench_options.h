@@ -38,4 +38,34 @@ inline std::string bench_case_command(const BenchOptions& o, int64_t tokens) {
   return os.str();
 }
 
+/// The default ceilings are the H200's, measured (shared/H200.md): its copy bandwidth and
+/// its BF16 and FP8 matrix-product rates. On another GPU they are not that GPU's, and a
+/// case's "x floor" and "% of peak" read against an H200 (an H100's copy bandwidth is ~30%
+/// lower, session 45). A note saying so, naming the GPU and the options that set its own
+/// ceilings; "" on an H200, or where the caller set both ceilings the run uses.
+inline std::string ceiling_note(const BenchOptions& o, const std::string& gpu_name) {
+  const BenchOptions d;
+  if (gpu_name.find("H200") != std::string::npos) return "";
+  const bool fp8 = o.precision == "fp8";
+  std::vector<std::string> values, options;  // the defaults still in use, and their options
+  const auto keep = [&](double value, const char* unit, const char* option) {
+    std::ostringstream v;
+    v << value << unit;
+    values.push_back(v.str());
+    options.push_back(option);
+  };
+  if (o.hbm_tbps == d.hbm_tbps) keep(d.hbm_tbps, " TB/s", "--hbm-tbps");
+  if (fp8 && o.fp8_tflops == d.fp8_tflops) keep(d.fp8_tflops, " TFLOP/s", "--fp8-tflops");
+  if (!fp8 && o.bf16_tflops == d.bf16_tflops) keep(d.bf16_tflops, " TFLOP/s", "--bf16-tflops");
+  if (values.empty()) return "";
+  const auto join = [](const std::vector<std::string>& v, const char* sep) {
+    std::string out = v[0];
+    for (size_t i = 1; i < v.size(); ++i) out += sep + v[i];
+    return out;
+  };
+  return "note: this GPU is '" + gpu_name + "', but the floors use the H200's measured ceilings (" +
+         join(values, ", ") + "): pass " + join(options, " and ") +
+         " measured on it, or read 'x floor' and the peak fractions as against an H200";
+}
+
 }  // namespace mxmoe::cli

@@ -370,7 +370,11 @@ int cmd_bench(const BenchOptions& o) {
     if (!f) throw InvalidArgument("--baseline", "cannot read '" + o.baseline_json + "'");
     baseline = json::parse(f);
   }
-  CudaMoeLayer layer(cfg, w);
+  CudaMoeLayer layer(cfg, w);  // on the current device: 0, as bench never sets another
+  const std::vector<GpuInfo> gpus = cuda_devices();
+  const std::string gpu_name = gpus.empty() ? std::string() : gpus.front().name;
+  const std::string note = cli::ceiling_note(o, gpu_name);
+  if (!note.empty()) std::cerr << "mxmoe bench: " << note << "\n";
   const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end()) * o.ep_ranks;
   CudaHostSession session(layer, max_m);
   Table t({"M", "mode", "experts", "time us", "TB/s", "TFLOP/s", "x HBM floor", "x MMA floor", "torch us", "speedup"});
@@ -453,9 +457,13 @@ int cmd_bench(const BenchOptions& o) {
             << "median of " << o.iterations << ", cold L2; floors at " << o.hbm_tbps << " TB/s and "
             << mma_tflops << " TFLOP/s (" << (fp8 ? "FP8; precision fp8" : "BF16") << ")\n";
   t.print(os);
+  if (!note.empty()) os << note << "\n";
   os << "each case alone:\n";
   for (int64_t M_in : o.tokens) os << "  M=" << M_in << ": " << cli::bench_case_command(o, M_in) << "\n";
-  write_json(o.json_path, {{"cases", out}});
+  write_json(o.json_path, {{"cases", out},
+                           {"gpu", gpu_name},
+                           {"ceilings", {{"hbm_tbps", o.hbm_tbps}, {"mma_tflops", mma_tflops}}},
+                           {"ceiling_note", note}});
   return 0;
 }
 

@@ -61,6 +61,25 @@ TEST(Cli, BenchCaseCommandCarriesTheOptionsThatChangeTheCase) {
             "mxmoe bench --tokens 4096 --iterations 10 --precision fp8 --ep-ranks 32 --hbm-tbps 4.1 --baseline T.json");
 }
 
+// The default ceilings are the H200's: on another GPU bench says so, naming the GPU and
+// the options still at their H200 values; nothing on an H200 or with both set.
+TEST(Cli, BenchNotesWhenTheCeilingsAreNotTheGpusOwn) {
+  mxmoe::cli::BenchOptions o;
+  EXPECT_EQ(mxmoe::cli::ceiling_note(o, "NVIDIA H200"), "");
+  EXPECT_EQ(mxmoe::cli::ceiling_note(o, "NVIDIA H100 80GB HBM3"),
+            "note: this GPU is 'NVIDIA H100 80GB HBM3', but the floors use the H200's measured "
+            "ceilings (4.25 TB/s, 792 TFLOP/s): pass --hbm-tbps and --bf16-tflops measured on it, "
+            "or read 'x floor' and the peak fractions as against an H200");
+  o.hbm_tbps = 3.0;
+  o.precision = "fp8";
+  const std::string fp8 = mxmoe::cli::ceiling_note(o, "NVIDIA H100 80GB HBM3");
+  EXPECT_NE(fp8.find("(1448 TFLOP/s): pass --fp8-tflops measured"), std::string::npos) << fp8;
+  o.fp8_tflops = 1300;
+  EXPECT_EQ(mxmoe::cli::ceiling_note(o, "NVIDIA H100 80GB HBM3"), "");
+  o.precision = "exact";  // the BF16 ceiling is still the H200's
+  EXPECT_NE(mxmoe::cli::ceiling_note(o, "NVIDIA H100 80GB HBM3").find("--bf16-tflops"), std::string::npos);
+}
+
 TEST(Cli, NoSubcommandFails) { EXPECT_NE(run_cli("").code, 0); }
 
 TEST(Cli, UnknownSuiteIsRejectedNamingIt) {
