@@ -42,10 +42,11 @@ inline std::string bench_case_command(const BenchOptions& o, int64_t tokens) {
 /// its BF16 and FP8 matrix-product rates. On another GPU they are not that GPU's, and a
 /// case's "x floor" and "% of peak" read against an H200 (an H100's copy bandwidth is ~30%
 /// lower, session 45). A note saying so, naming the GPU and the options that set its own
-/// ceilings; "" on an H200, or where the caller set both ceilings the run uses.
+/// ceilings; "" on an H200 (not a GH200, whose memory differs), or where the caller set
+/// both ceilings the run uses (an option given at its default value reads as unset).
 inline std::string ceiling_note(const BenchOptions& o, const std::string& gpu_name) {
   const BenchOptions d;
-  if (gpu_name.find("H200") != std::string::npos) return "";
+  if (gpu_name.find("H200") != std::string::npos && gpu_name.find("GH200") == std::string::npos) return "";
   const bool fp8 = o.precision == "fp8";
   std::vector<std::string> values, options;  // the defaults still in use, and their options
   const auto keep = [&](double value, const char* unit, const char* option) {

@@ -372,7 +372,8 @@ int cmd_bench(const BenchOptions& o) {
   }
   CudaMoeLayer layer(cfg, w);  // on the current device: 0, as bench never sets another
   const std::vector<GpuInfo> gpus = cuda_devices();
-  const std::string gpu_name = gpus.empty() ? std::string() : gpus.front().name;
+  const auto current = std::find_if(gpus.begin(), gpus.end(), [](const GpuInfo& g) { return g.index == 0; });
+  const std::string gpu_name = current == gpus.end() ? std::string() : current->name;
   const std::string note = cli::ceiling_note(o, gpu_name);
   if (!note.empty()) std::cerr << "mxmoe bench: " << note << "\n";
   const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end()) * o.ep_ranks;

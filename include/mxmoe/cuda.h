@@ -84,7 +84,7 @@ class CudaMoeLayer {
  public:
   /// Checks that this GPU supports what `cfg` asks (throws Unsupported naming the
   /// feature and the alternative), validates the weights and uploads them.
-  /// `routing` is needed only for forward() calls that pass router_logits;
+  /// `routing` is needed only for forward() calls that pass router logits (fp32 or BF16);
   /// `router_bias` [E_global] (nullable) is uploaded with it.
   CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
                const RoutingParams* routing = nullptr, const std::vector<float>* router_bias = nullptr,

@@ -188,6 +188,8 @@ Routing route_cpu_bf16(const uint16_t* logits_bf16, int64_t tokens, int64_t num_
   params.validate(num_experts);
   MXMOE_CHECK_ARG(logits_bf16 != nullptr || tokens == 0, "logits", "is null with ", tokens,
                   " tokens");
+  MXMOE_CHECK_ARG(tokens <= std::numeric_limits<int64_t>::max() / num_experts, "tokens", tokens,
+                  " x num_experts ", num_experts, " logits overflow int64");
   std::vector<float> wide(static_cast<size_t>(tokens * num_experts));
   for (size_t i = 0; i < wide.size(); ++i) wide[i] = fmt::bf16_to_float(logits_bf16[i]);
   return route_cpu(wide.data(), tokens, num_experts, bias, params);

@@ -87,6 +87,18 @@ void CudaHostSession::Impl::stage(const Activations& x, const Routing* routing, 
                   "must be in [1, ", s.max_tokens, "], got ", x.tokens);
   x.validate("x", cfg.hidden);
   const int64_t M = x.tokens, K = cfg.hidden;
+  // Every check before the first copy; and until this call succeeds no run uses the old
+  // inputs (the buffers below may be reallocated under the old arguments' pointers).
+  if (routing) {
+    routing->validate(cfg);
+    MXMOE_CHECK_ARG(routing->tokens == M, "routing.tokens", "must equal x.tokens (", M, "), got ",
+                    routing->tokens);
+  } else {
+    MXMOE_CHECK_ARG(static_cast<int64_t>(count) == M * cfg.num_experts,
+                    logit_bytes == 2 ? "router_logits_bf16" : "router_logits",
+                    "size must be tokens*num_experts = ", M * cfg.num_experts, ", got ", count);
+  }
+  s.args = ForwardArgs{};
   ForwardArgs a;
   a.tokens = M;
   a.x_format = x.format;
@@ -102,9 +114,6 @@ void CudaHostSession::Impl::stage(const Activations& x, const Routing* routing, 
   }
   a.x = s.x.ptr;
   if (routing) {
-    routing->validate(cfg);
-    MXMOE_CHECK_ARG(routing->tokens == M, "routing.tokens", "must equal x.tokens (", M, "), got ",
-                    routing->tokens);
     s.ids.reserve(routing->ids.size() * 4);
     s.weights.reserve(routing->weights.size() * 4);
     HS_CHECK(cudaMemcpy(s.ids.ptr, routing->ids.data(), routing->ids.size() * 4, cudaMemcpyHostToDevice));
@@ -113,9 +122,6 @@ void CudaHostSession::Impl::stage(const Activations& x, const Routing* routing, 
     a.topk_ids = static_cast<const int32_t*>(s.ids.ptr);
     a.topk_weights = static_cast<const float*>(s.weights.ptr);
   } else {
-    const char* name = logit_bytes == 2 ? "router_logits_bf16" : "router_logits";
-    MXMOE_CHECK_ARG(static_cast<int64_t>(count) == M * cfg.num_experts, name,
-                    "size must be tokens*num_experts = ", M * cfg.num_experts, ", got ", count);
     s.logits.reserve(count * logit_bytes);
     HS_CHECK(cudaMemcpy(s.logits.ptr, logits, count * logit_bytes, cudaMemcpyHostToDevice));
     if (logit_bytes == 2)

@@ -263,6 +263,9 @@ void CudaEpLayer::check_forward_args(const ForwardArgs& args, void* const* phase
   MXMOE_CHECK_ARG(args.router_logits == nullptr, "args.router_logits",
                   "is not supported by the EP layer: route first (e.g. route_cpu or the serving "
                   "engine's router) and pass topk_ids/topk_weights");
+  MXMOE_CHECK_ARG(args.router_logits_bf16 == nullptr, "args.router_logits_bf16",
+                  "is not supported by the EP layer: route first (e.g. route_cpu_bf16 or the "
+                  "serving engine's router) and pass topk_ids/topk_weights");
   MXMOE_CHECK_ARG(args.x_format == InputFormat::BF16 || args.x_format == InputFormat::MXFP8,
                   "args.x_format", "invalid value ", static_cast<int>(args.x_format));
   MXMOE_CHECK_ARG(!(cfg.input_format == InputFormat::BF16 && args.x_format == InputFormat::MXFP8),

@@ -66,6 +66,7 @@ TEST(Cli, BenchCaseCommandCarriesTheOptionsThatChangeTheCase) {
 TEST(Cli, BenchNotesWhenTheCeilingsAreNotTheGpusOwn) {
   mxmoe::cli::BenchOptions o;
   EXPECT_EQ(mxmoe::cli::ceiling_note(o, "NVIDIA H200"), "");
+  EXPECT_NE(mxmoe::cli::ceiling_note(o, "NVIDIA GH200 480GB"), "");
   EXPECT_EQ(mxmoe::cli::ceiling_note(o, "NVIDIA H100 80GB HBM3"),
             "note: this GPU is 'NVIDIA H100 80GB HBM3', but the floors use the H200's measured "
             "ceilings (4.25 TB/s, 792 TFLOP/s): pass --hbm-tbps and --bf16-tflops measured on it, "

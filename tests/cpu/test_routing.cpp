@@ -425,7 +425,9 @@ TEST(RoutingKimi, Random896ExpertsTop16GroupLimitedMatchesBruteForce) { check_ki
 // ---------------------------------------------------------------- bf16 logits
 
 // A BF16 logit is the fp32 with its upper 16 bits; widened here by hand, apart from the
-// formats.h conversion route_cpu_bf16 uses.
+// formats.h conversion route_cpu_bf16 uses. What this holds is the wrapper (every
+// argument passed through, the widening exact); the GPU test Routing.Bf16Logits* holds the
+// kernel's own widening to route_cpu_bf16.
 std::vector<float> widened(const std::vector<uint16_t>& bits) {
   std::vector<float> out(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) {
@@ -490,6 +492,10 @@ TEST(RoutingBf16, RejectsBadArgumentsAsTheFp32FormDoes) {
             "num_experts");
   EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), 1, 8, nullptr, sigmoid_params(9)); }),
             "params.top_k");
+  EXPECT_EQ(rejected_argument([&] {
+              route_cpu_bf16(l.data(), std::numeric_limits<int64_t>::max() / 4, 8, nullptr, sigmoid_params(2));
+            }),
+            "tokens");  // tokens x num_experts past int64: refused before any allocation
   const std::vector<float> bad_bias(8, std::numeric_limits<float>::infinity());
   EXPECT_EQ(rejected_argument([&] { route_cpu_bf16(l.data(), 1, 8, bad_bias.data(), sigmoid_params(2)); }),
             "bias");

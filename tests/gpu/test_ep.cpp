@@ -433,6 +433,10 @@ TEST(EpArgs, ForwardChecksItsArgumentsAndWritesNothing) {
     expect_invalid([&] { padded.forward(with([](ForwardArgs& b) { b.tokens = -1; }), nullptr); }, "args.tokens");
     expect_invalid([&] { padded.forward(with([&](ForwardArgs& b) { b.router_logits = a.topk_weights; }), nullptr); },
                    "args.router_logits");
+    expect_invalid([&] {
+      padded.forward(with([&](ForwardArgs& b) { b.router_logits_bf16 = reinterpret_cast<const uint16_t*>(a.topk_weights); }),
+                     nullptr);
+    }, "args.router_logits_bf16");
     expect_invalid([&] { padded.forward(with([&](ForwardArgs& b) { b.x = buf + 8; }), nullptr); }, "args.x");
     expect_invalid([&] { padded.forward(with([](ForwardArgs& b) { b.x = nullptr; }), nullptr); }, "args.x");
     expect_invalid([&] { padded.forward(with([](ForwardArgs& b) { b.x_format = InputFormat::MXFP8; }), nullptr); },
