@@ -374,8 +374,7 @@ int cmd_bench(const BenchOptions& o) {
   const std::vector<GpuInfo> gpus = cuda_devices();
   const auto current = std::find_if(gpus.begin(), gpus.end(), [](const GpuInfo& g) { return g.index == 0; });
   const std::string gpu_name = current == gpus.end() ? std::string() : current->name;
-  const std::string note = cli::ceiling_note(o, gpu_name);
-  if (!note.empty()) std::cerr << "mxmoe bench: " << note << "\n";
+  const std::string note = cli::ceiling_note(o, gpu_name);  // in the report and the JSON
   const int64_t max_m = *std::max_element(o.tokens.begin(), o.tokens.end()) * o.ep_ranks;
   CudaHostSession session(layer, max_m);
   Table t({"M", "mode", "experts", "time us", "TB/s", "TFLOP/s", "x HBM floor", "x MMA floor", "torch us", "speedup"});
