@@ -53,18 +53,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
         }
       }
     }
-    float acc[4][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
-    float adj[NT], back[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) adj[nt] = back[nt][0] = back[nt][1] = 1.0f;
-    if constexpr (kFp8) b_row_range<NT>(bsc, kbN, adj, back);
-    warp_mma_mx<NT, kFp8>(acc, wp, ws, p.w2.kc, kbN, brow, bsc, adj);
+    float acc[4][NT][4], back[NT][2];
+    warp_tile_mx<NT, kFp8>(acc, back, wp, ws, p.w2.kc, kbN, brow, bsc);
 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)

@@ -628,6 +628,14 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                                    : static_cast<const void*>(args.router_logits);
   const char* logits_arg = logits_bf16 ? "args.router_logits_bf16" : "args.router_logits";
   const bool have_logits = logits != nullptr;
+  // Exactly one routing input: ids with weights, or logits. With no tokens neither is
+  // needed (empty tensors may come as null pointers), but both at once is still an error.
+  MXMOE_CHECK_ARG(!(have_ids && have_logits), logits_arg,
+                  "is given together with topk_ids/topk_weights: give exactly one routing input");
+  MXMOE_CHECK_ARG(empty || have_ids || have_logits, logits_arg,
+                  "is null and so are topk_ids/topk_weights: give exactly one routing input");
+  MXMOE_CHECK_ARG(!have_logits || s.has_routing, logits_arg,
+                  "given, but the layer was built without RoutingParams");
   if (!empty) {
     MXMOE_CHECK_ARG(args.x != nullptr, "args.x", "is null");
     MXMOE_CHECK_ARG(aligned(args.x, 16), "args.x", "pointer ", args.x, " is not 16-byte aligned");
@@ -637,29 +645,17 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
       MXMOE_CHECK_ARG(args.x_scale == nullptr, "args.x_scale",
                       "is given but x_format is bf16 (no scales)");
     }
-    MXMOE_CHECK_ARG(have_ids != have_logits, logits_arg,
-                    have_logits ? "is given together with topk_ids/topk_weights"
-                                : "is null and so are topk_ids/topk_weights",
-                    ": give exactly one routing input");
+    if (have_ids) {
+      MXMOE_CHECK_ARG(args.topk_ids != nullptr, "args.topk_ids", "is null but topk_weights is given");
+      MXMOE_CHECK_ARG(args.topk_weights != nullptr, "args.topk_weights",
+                      "is null but topk_ids is given");
+      MXMOE_CHECK_ARG(aligned(args.topk_ids, 4), "args.topk_ids", "is not 4-byte aligned");
+      MXMOE_CHECK_ARG(aligned(args.topk_weights, 4), "args.topk_weights", "is not 4-byte aligned");
+    } else {
+      MXMOE_CHECK_ARG(aligned(logits, logits_bf16 ? 2 : 4), logits_arg, "is not ",
+                      logits_bf16 ? 2 : 4, "-byte aligned");
+    }
     MXMOE_CHECK_ARG(args.out != nullptr, "args.out", "is null");
-  }
-  if (empty) {
-    // Null ids with null logits is fine here (empty tensors); both modes at once is not.
-    MXMOE_CHECK_ARG(!(have_ids && have_logits), logits_arg,
-                    "is given together with topk_ids/topk_weights: give exactly one routing input");
-    MXMOE_CHECK_ARG(!have_logits || s.has_routing, logits_arg,
-                    "given, but the layer was built without RoutingParams");
-  } else if (have_ids) {
-    MXMOE_CHECK_ARG(args.topk_ids != nullptr, "args.topk_ids", "is null but topk_weights is given");
-    MXMOE_CHECK_ARG(args.topk_weights != nullptr, "args.topk_weights",
-                    "is null but topk_ids is given");
-    MXMOE_CHECK_ARG(aligned(args.topk_ids, 4), "args.topk_ids", "is not 4-byte aligned");
-    MXMOE_CHECK_ARG(aligned(args.topk_weights, 4), "args.topk_weights", "is not 4-byte aligned");
-  } else {
-    MXMOE_CHECK_ARG(s.has_routing, logits_arg,
-                    "given, but the layer was built without RoutingParams");
-    MXMOE_CHECK_ARG(aligned(logits, logits_bf16 ? 2 : 4), logits_arg, "is not ",
-                    logits_bf16 ? 2 : 4, "-byte aligned");
   }
   MXMOE_CHECK_ARG(aligned(args.out, cfg.output_format == OutputFormat::FP32 ? 4 : 2), "args.out",
                   "pointer ", args.out, " is misaligned for ", to_string(cfg.output_format));

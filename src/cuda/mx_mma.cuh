@@ -314,6 +314,27 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
   }
 }
 
+/// A generic kernel's tile (gemm1_act_kernel, gemm2_kernel): acc = the warp's 64 weight
+/// rows x the tile's B rows over all of K, from zero, and back[nt][c], the factor its
+/// epilogue applies to token column 2t + c (b_row_range for E4M3 rows; 1 for BF16).
+template <int NT, bool kFp8>
+__device__ __forceinline__ void warp_tile_mx(float (&acc)[4][NT][4], float (&back)[NT][2],
+                                             const uint4* __restrict__ wp, const uint32_t* __restrict__ ws,
+                                             int kc_count, int kb_count, const void* const (&brow)[NT],
+                                             const uint8_t* const (&bscale)[NT]) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+  float adj[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) adj[nt] = back[nt][0] = back[nt][1] = 1.0f;
+  if constexpr (kFp8) b_row_range<NT>(bscale, kb_count, adj, back);
+  warp_mma_mx<NT, kFp8>(acc, wp, ws, kc_count, kb_count, brow, bscale, adj);
+}
+
 
 /// E8M0 byte at bit offset `sh` (0, 8, 16, 24; a constant after unrolling) of `w` ->
 /// its float 2^(b-127) by moving the byte into the float exponent field: two integer
