@@ -208,12 +208,7 @@ __device__ __forceinline__ void gemm1_fast_block(const Gemm1Params& p, int count
     __syncthreads();
     if (active) {
       float acc[4][NT][4];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+      zero_acc(acc);
       warp_mma_decode<NT, D, false>(special, false, valid, acc, ring, wp, ws4, 0, p.w13.kc, kbK,
                              [&](int i) { return s_row[i]; }, s_sx);
       // Epilogue operands, loaded only now so they hold no registers over the mainloop.
@@ -448,10 +443,7 @@ __global__ void __launch_bounds__(kWarps * 32, fast_min_blocks(1, D)) gemm1_bala
     }
     while (vs.pos[warp] < vs.hi[warp]) {
       float acc[4][1][4];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[mt][0][j] = 0.0f;
+      zero_acc(acc);
       {
         // Every operand offset to chunk k0, so that the mainloop runs from chunk 0 as in
         // gemm1_fast_block (a variable first chunk took registers).

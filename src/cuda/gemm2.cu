@@ -136,12 +136,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
     if (!active) pdl_allow_dependents();
     if (active) {
       float acc[4][NT][4];
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+      zero_acc(acc);
       warp_mma_decode<NT, D, true, kOneRow ? 1 : 8>(  // coherent B loads: GEMM1 may still be running
           special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
           [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);

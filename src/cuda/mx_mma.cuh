@@ -314,6 +314,17 @@ __device__ __forceinline__ void warp_mma_mx(float (&acc)[4][NT][4], const uint4*
   }
 }
 
+/// A warp's accumulators (warp_mma_mx's and warp_mma_decode's layout) set to zero.
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[4][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+}
+
 /// A generic kernel's tile (gemm1_act_kernel, gemm2_kernel): acc = the warp's 64 weight
 /// rows x the tile's B rows over all of K, from zero, and back[nt][c], the factor its
 /// epilogue applies to token column 2t + c (b_row_range for E4M3 rows; 1 for BF16).
@@ -322,12 +333,7 @@ __device__ __forceinline__ void warp_tile_mx(float (&acc)[4][NT][4], float (&bac
                                              const uint4* __restrict__ wp, const uint32_t* __restrict__ ws,
                                              int kc_count, int kb_count, const void* const (&brow)[NT],
                                              const uint8_t* const (&bscale)[NT]) {
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.0f;
+  zero_acc(acc);
   float adj[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) adj[nt] = back[nt][0] = back[nt][1] = 1.0f;
