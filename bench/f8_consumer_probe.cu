@@ -1,0 +1,152 @@
+// f8_consumer_probe.cu — how fast can the FP8 mode's consumer loop (wgmma_fp8.cuh
+// f8_mainloop) drive the tensor cores with no producer, no drain and no epilogue? The FP8
+// GEMM1 runs at ~61% of the 1448 TFLOP/s FP8 peak alone (PERFORMANCE.md, session 40),
+// ~42% of the data sheet's rate per cycle, while neither shared memory nor issue slots
+// seem to bind it (session 46). This probe runs the consumers' per-group work on operands
+// that stay in shared memory, in variants that take one thing away, so that what the loop
+// itself can reach is measured apart from the feeding:
+//   full          today's loop: per 128-K group 4 wgmma m64n128k32 (both operands in
+//                 shared memory) into a scratch accumulator, commit, 2 scale loads, wait,
+//                 64 FFMA of promotion
+//   no-promote    the same without the promotion (the wait stays)
+//   no-wait       the wgmmas accumulate across groups, a wait<1> per group: the tensor
+//                 pipe's own rate for this shape and operand traffic
+//   narrow        the narrow tiles' loop (F8Part): 4 m64n64k32 per group on half the
+//                 weight rows each, 32 FFMA
+// Two consumer warpgroups per SM (and an idle producer and drain warpgroup, as GEMM1's
+// CTA of 512 threads with its register split).
+//
+// Build (development machine) and run (H200):
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Isrc/cuda -Iinclude \
+//        bench/f8_consumer_probe.cu -o build-gpu/f8_consumer_probe
+//   build-gpu/f8_consumer_probe
+// Prints one line per variant: median us over 9 runs, TFLOP/s and the fraction of the
+// measured FP8 peak (1448 TFLOP/s, ../shared/H200.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "probe_check.h"
+#include "ptx.cuh"
+
+namespace {
+using namespace mxmoe::cuda_detail;
+
+enum Variant { kFull, kNoPromote, kNoWait, kNarrow };
+constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow"};
+constexpr int kGroups = 2048;                  // 128-K groups per CTA
+constexpr int kSmemW = 128 * 128;              // 128 weight rows x 128 E4M3, 128-byte swizzled
+constexpr int kSmemX = 128 * 128;              // 128 token rows x 128 E4M3
+constexpr int kSmemS = 2 * 128 * 4;            // token and weight scales
+constexpr int kSmemBytes = 1024 + kSmemW + kSmemX + kSmemS;
+
+/// FLOPs of one CTA's run: per group 128 tokens x 128 weight rows x 128 K (full), or 64
+/// tokens x 128 rows (narrow: the tile's real work).
+constexpr double flops_per_cta(int var) { return kGroups * 2.0 * (var == kNarrow ? 64 : 128) * 128 * 128; }
+
+template <int kVar>
+__global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
+#if defined(MXMOE_SM90A)  // the device pass for sm_90a (ptx.cuh)
+  extern __shared__ __align__(1024) uint8_t dyn[];
+  uint8_t* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
+  uint8_t* sw = base;
+  uint8_t* sx = base + kSmemW;
+  float* sc = reinterpret_cast<float*>(sx + kSmemX);
+  // Small finite E4M3 codes everywhere (0x30..0x37: 0.5 .. 0.9375) and scales near 1.
+  for (int i = threadIdx.x; i < (kSmemW + kSmemX) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(base)[i] = 0x30303030u + (i & 0x07070707u);
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) sc[i] = 1.0f + 0x1p-10f * (i & 7);
+  __syncthreads();
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0 || wg == 3) {  // the producer's and the drain's registers, as F8Cta<true>
+    setmaxnreg_dec<72>();
+    return;
+  }
+  setmaxnreg_inc<184>();
+  const int c = wg - 1, i = threadIdx.x - 128;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
+  const int tok = (kVar == kNarrow ? 0 : 64 * c) + 16 * warp + g;
+  const uint64_t da = smem_desc_k128(sx + (kVar == kNarrow ? 0 : 64 * c) * 128);
+  const uint64_t db = smem_desc_k128(sw + (kVar == kNarrow ? 64 * c : 0) * 128);
+  float acc[64], part[64];
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc[j] = part[j] = 0.0f;
+  for (int kg = 0; kg < kGroups; ++kg) {
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if constexpr (kVar == kNarrow)
+        wgmma_m64n64k32_e4m3_ss(*reinterpret_cast<float(*)[32]>(part), da + 2 * ks, db + 2 * ks, ks);
+      else
+        wgmma_m64n128k32_e4m3_ss(part, da + 2 * ks, db + 2 * ks, kVar == kNoWait || kVar == kNoPromote || ks > 0);
+    }
+    wgmma_commit();
+    const float sx0 = sc[tok], sx1 = sc[tok + 8];
+    if constexpr (kVar == kNoWait) {
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+      acc_fence(part);
+    }
+    if constexpr (kVar == kFull || kVar == kNarrow) {
+      constexpr int kJ = kVar == kNarrow ? 8 : 16;
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        acc[4 * j + 0] = fmaf(part[4 * j + 0], sx0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(part[4 * j + 1], sx0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(part[4 * j + 2], sx1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(part[4 * j + 3], sx1, acc[4 * j + 3]);
+      }
+    }
+  }
+  wgmma_wait<0>();
+  acc_fence(part);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 64; ++j) sum += acc[j] + part[j];
+  out[blockIdx.x * 256 + i] = sum;
+#endif
+}
+
+template <int kVar>
+void run(float* out, int sms) {
+  CHECK(cudaFuncSetAttribute(probe_kernel<kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < 10; ++r) {
+    CHECK(cudaEventRecord(a));
+    probe_kernel<kVar><<<sms, 512, kSmemBytes>>>(out);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    if (r > 0) ms.push_back(t);  // the first run warms up
+  }
+  CHECK(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  const double us = ms[ms.size() / 2] * 1e3;
+  const double tflops = flops_per_cta(kVar) * sms / (us * 1e-6) / 1e12;
+  std::printf("%-12s %9.1f us %7.1f TFLOP/s %5.1f%% of 1448\n", kNames[kVar], us, tflops, 100.0 * tflops / 1448.0);
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  float* out = nullptr;
+  CHECK(cudaMalloc(&out, sizeof(float) * sms * 256));
+  for (int rep = 0; rep < 2; ++rep) {
+    run<kFull>(out, sms);
+    run<kNoPromote>(out, sms);
+    run<kNoWait>(out, sms);
+    run<kNarrow>(out, sms);
+  }
+  CHECK(cudaFree(out));
+  return 0;
+}
