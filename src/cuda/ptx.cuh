@@ -451,6 +451,20 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_ss(float (&d)[64], uint64_
       : "l"(desc_a), "l"(desc_b), "r"(accumulate)
       : "memory");
 }
+/// D[64 x 64] (+)= A[64 x 32] * B[32 x 64], E4M3 as above: 32 accumulators, j < 8 in that
+/// layout (bench/f8_consumer_probe.cu's narrow shape; the branch s47-narrow's narrow tiles).
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                        int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      MXMOE_WGMMA_ACC32_REGS
+      "%32, %33, p, 1, 1;\n"
+      "}\n"
+      : MXMOE_WGMMA_ACC32(d)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+      : "memory");
+}
 #endif  // sm_90a
 
 }  // namespace mxmoe::cuda_detail
