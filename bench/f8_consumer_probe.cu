@@ -114,22 +114,7 @@ __global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
 template <int kVar>
 void run(float* out, int sms) {
   CHECK(cudaFuncSetAttribute(probe_kernel<kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    CHECK(cudaEventRecord(a));
-    probe_kernel<kVar><<<sms, 512, kSmemBytes>>>(out);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (r > 0) ms.push_back(t);  // the first run warms up
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  const double us = ms[ms.size() / 2] * 1e3;
+  const double us = median_us([&] { probe_kernel<kVar><<<sms, 512, kSmemBytes>>>(out); });
   const double tflops = flops_per_cta(kVar) * sms / (us * 1e-6) / 1e12;
   std::printf("%-12s %9.1f us %7.1f TFLOP/s %5.1f%% of 1448\n", kNames[kVar], us, tflops, 100.0 * tflops / 1448.0);
 }

@@ -1,12 +1,14 @@
-// probe_check.h — error check for the standalone bench probes (stream_probe.cu,
-// wgmma_probe.cu). The library's MXMOE_CUDA_CHECK throws through throw_cuda in
+// probe_check.h — error check and timing for the standalone bench probes (stream_probe.cu,
+// wgmma_probe.cu, f8_consumer_probe.cu). The library's MXMOE_CUDA_CHECK throws through throw_cuda in
 // libmxmoe; the probes build alone with nvcc (no library), so they report and exit.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #define CHECK(x)                                                                          \
   do {                                                                                    \
@@ -16,3 +18,27 @@
       std::exit(1);                                                                       \
     }                                                                                     \
   } while (0)
+
+/// Median microseconds of `runs` - 1 calls of `launch` (one kernel launch each, timed with
+/// CUDA events), after one warm-up call.
+template <class Launch>
+double median_us(Launch&& launch, int runs = 10) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < runs; ++r) {
+    CHECK(cudaEventRecord(a));
+    launch();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    if (r > 0) ms.push_back(t);  // the first run warms up
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}

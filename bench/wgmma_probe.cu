@@ -86,9 +86,10 @@ __global__ void __launch_bounds__(384, 1) probe_kernel(float* out) {
       const uint32_t s = *scales;
       wgmma_wait<0>();
       if constexpr (kVar == kRs256Dec) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-          pf_a_frags(b ? w.z : w.x, b ? w.w : w.y, (s >> (16 * b)) & 0xFFu, (s >> (16 * b + 8)) & 0xFFu, fa[b]);
+        __nv_bfloat162 e, o;  // as pf_chunk_frags: rows g (even bytes) and g + 8, block k in lane k
+        bf16_scale_pairs(s, e, o);
+        pf_a_frags(w.x, w.y, __low2bfloat162(e), __low2bfloat162(o), fa[0]);
+        pf_a_frags(w.z, w.w, __high2bfloat162(e), __high2bfloat162(o), fa[1]);
       }
       wgmma_fence();
 #pragma unroll
@@ -155,21 +156,7 @@ __global__ void __launch_bounds__(384, 1) probe_kernel(float* out) {
 template <int kVar>
 void run(float* out, int sms) {
   CHECK(cudaFuncSetAttribute(probe_kernel<kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 10; ++r) {
-    CHECK(cudaEventRecord(a));
-    probe_kernel<kVar><<<sms, 384, kSmemBytes>>>(out);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (r > 0) ms.push_back(t);  // the first run warms up
-  }
-  std::sort(ms.begin(), ms.end());
-  const double us = ms[ms.size() / 2] * 1e3;
+  const double us = median_us([&] { probe_kernel<kVar><<<sms, 384, kSmemBytes>>>(out); });
   const double tflops = kFlopsPerCta * sms / (us * 1e-6) / 1e12;
   std::printf("%-14s %9.1f us %7.1f TFLOP/s %5.1f%% of 792\n", kNames[kVar], us, tflops, 100.0 * tflops / 792.0);
 }
