@@ -122,16 +122,10 @@ void run(float* out, int sms) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  float* out = nullptr;
-  CHECK(cudaMalloc(&out, sizeof(float) * sms * 256));
-  for (int rep = 0; rep < 2; ++rep) {
+  return probe_main([](float* out, int sms) {
     run<kFull>(out, sms);
     run<kNoPromote>(out, sms);
     run<kNoWait>(out, sms);
     run<kNarrow>(out, sms);
-  }
-  CHECK(cudaFree(out));
-  return 0;
+  });
 }

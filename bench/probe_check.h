@@ -42,3 +42,16 @@ double median_us(Launch&& launch, int runs = 10) {
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1e3;
 }
+
+/// A probe's main: two rounds of run_all(out, sms), with `out` a device buffer of 256 floats
+/// per multiprocessor (the probes' one store per thread, so no variant is dead code).
+template <class RunAll>
+int probe_main(RunAll&& run_all) {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  float* out = nullptr;
+  CHECK(cudaMalloc(&out, sizeof(float) * sms * 256));
+  for (int round = 0; round < 2; ++round) run_all(out, sms);
+  CHECK(cudaFree(out));
+  return 0;
+}

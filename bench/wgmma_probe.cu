@@ -164,18 +164,12 @@ void run(float* out, int sms) {
 }  // namespace
 
 int main() {
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  float* out = nullptr;
-  CHECK(cudaMalloc(&out, sizeof(float) * sms * 256));
-  for (int rep = 0; rep < 2; ++rep) {
+  return probe_main([](float* out, int sms) {
     run<kRs128>(out, sms);
     run<kRs128Dec>(out, sms);
     run<kSs128NoWait>(out, sms);
     run<kSs128>(out, sms);
     run<kRs256>(out, sms);
     run<kRs256Dec>(out, sms);
-  }
-  CHECK(cudaFree(out));
-  return 0;
+  });
 }
