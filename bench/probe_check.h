@@ -1,6 +1,7 @@
-// probe_check.h — error check and timing for the standalone bench probes (stream_probe.cu,
-// wgmma_probe.cu, f8_consumer_probe.cu). The library's MXMOE_CUDA_CHECK throws through throw_cuda in
-// libmxmoe; the probes build alone with nvcc (no library), so they report and exit.
+// probe_check.h — error check, timing and main for the standalone bench probes
+// (stream_probe.cu, wgmma_probe.cu, f8_consumer_probe.cu). The library's MXMOE_CUDA_CHECK
+// throws through throw_cuda in libmxmoe; the probes build alone with nvcc (no library), so
+// they report and exit.
 #pragma once
 
 #include <cuda_runtime.h>
