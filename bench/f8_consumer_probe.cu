@@ -11,8 +11,8 @@
 //   no-promote    the same without the promotion (the wait stays)
 //   no-wait       the wgmmas accumulate across groups, a wait<1> per group: the tensor
 //                 pipe's own rate for this shape and operand traffic
-//   narrow        the narrow tiles' loop (F8Part): 4 m64n64k32 per group on half the
-//                 weight rows each, 32 FFMA
+//   narrow        the narrow tiles' loop (branch s47-narrow's F8Part): 4 m64n64k32 per
+//                 group on half the weight rows each, 32 FFMA
 // Two consumer warpgroups per SM (and an idle producer and drain warpgroup, as GEMM1's
 // CTA of 512 threads with its register split).
 //
@@ -22,12 +22,12 @@
 //   build-gpu/f8_consumer_probe
 // Prints one line per variant: median us over 9 runs, TFLOP/s and the fraction of the
 // measured FP8 peak (1448 TFLOP/s, ../shared/H200.md).
+// Measured (session 47, an H100; PERFORMANCE.md): full 1896-1918 TFLOP/s, ~96% of the data
+// sheet's FP8 rate: the loop itself is not what holds the FP8 GEMMs.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include "probe_check.h"
 #include "ptx.cuh"
