@@ -13,6 +13,12 @@
 //                 pipe's own rate for this shape and operand traffic
 //   narrow        the narrow tiles' loop (branch s47-narrow's F8Part): 4 m64n64k32 per
 //                 group on half the weight rows each, 32 FFMA
+//   full+drain    full, with the fourth warpgroup issuing about as many instructions per
+//                 group as GEMM1's drain does at M=4096 (~175 per warp: 0.49 G warp
+//                 instructions over 25,296 tiles of 28 groups, 4 warps; ncu, session 47),
+//                 as independent FFMA chains run straight through (the real drain's come
+//                 a tile at a time): does the drain's share of the issue slots leave the
+//                 tensor cores idle while the consumers promote? (not run yet)
 // Two consumer warpgroups per SM (and an idle producer and drain warpgroup, as GEMM1's
 // CTA of 512 threads with its register split).
 //
@@ -35,8 +41,11 @@
 namespace {
 using namespace mxmoe::cuda_detail;
 
-enum Variant { kFull, kNoPromote, kNoWait, kNarrow };
-constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow"};
+enum Variant { kFull, kNoPromote, kNoWait, kNarrow, kFullDrain };
+constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow", "full+drain"};
+/// full+drain: FFMA rounds per group of the fourth warpgroup (8 FFMA and ~2 loop
+/// instructions a round: ~176 instructions per warp and group).
+constexpr int kDrainRoundsPerGroup = 18;
 constexpr int kGroups = 2048;                  // 128-K groups per CTA
 constexpr int kSmemW = 128 * 128;              // 128 weight rows x 128 E4M3, 128-byte swizzled
 constexpr int kSmemX = 128 * 128;              // 128 token rows x 128 E4M3
@@ -63,6 +72,19 @@ __global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0 || wg == 3) {  // the producer's and the drain's registers, as F8Cta<true>
     setmaxnreg_dec<72>();
+    if (kVar == kFullDrain && wg == 3) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = sc[j] + threadIdx.x;
+      for (int r = 0; r < kGroups * kDrainRoundsPerGroup; ++r) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = fmaf(v[j], 0.999f, 0.5f);
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += v[j];
+      if (sum == 1.0f) out[blockIdx.x * 256] = sum;  // never true: keeps the chains alive
+    }
     return;
   }
   setmaxnreg_inc<184>();
@@ -91,7 +113,7 @@ __global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
       wgmma_wait<0>();
       acc_fence(part);
     }
-    if constexpr (kVar == kFull || kVar == kNarrow) {
+    if constexpr (kVar == kFull || kVar == kNarrow || kVar == kFullDrain) {
       constexpr int kJ = kVar == kNarrow ? 8 : 16;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
@@ -127,5 +149,6 @@ int main() {
     run<kNoPromote>(out, sms);
     run<kNoWait>(out, sms);
     run<kNarrow>(out, sms);
+    run<kFullDrain>(out, sms);
   });
 }
