@@ -18,7 +18,13 @@
 //                 instructions over 25,296 tiles of 28 groups, 4 warps; ncu, session 47),
 //                 as independent FFMA chains run straight through (the real drain's come
 //                 a tile at a time): does the drain's share of the issue slots leave the
-//                 tensor cores idle while the consumers promote? (not run yet)
+//                 tensor cores idle while the consumers promote? Straight through, the
+//                 chains take about the issue slots of a quarter of the run and none after.
+//   drain-1chain  as full+drain, but the drain's instructions as one dependent FFMA
+//                 chain (one issue per FFMA latency, ~4 cycles), so that they spread over
+//                 about the whole run at ~25% of each scheduler's issue slots, like the
+//                 real drain's steady share
+//   drain-2chain  the same as two chains (~50% of the issue slots while they last)
 // Two consumer warpgroups per SM (and an idle producer and drain warpgroup, as GEMM1's
 // CTA of 512 threads with its register split).
 //
@@ -41,8 +47,11 @@
 namespace {
 using namespace mxmoe::cuda_detail;
 
-enum Variant { kFull, kNoPromote, kNoWait, kNarrow, kFullDrain };
-constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow", "full+drain"};
+enum Variant { kFull, kNoPromote, kNoWait, kNarrow, kFullDrain, kDrain1Chain, kDrain2Chain };
+constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow", "full+drain", "drain-1chain", "drain-2chain"};
+__host__ __device__ constexpr bool has_drain(int var) { return var == kFullDrain || var == kDrain1Chain || var == kDrain2Chain; }
+/// Independent FFMA chains of the drain variants.
+__host__ __device__ constexpr int drain_chains(int var) { return var == kDrain1Chain ? 1 : var == kDrain2Chain ? 2 : 8; }
 /// full+drain: FFMA rounds per group of the fourth warpgroup (8 FFMA and ~2 loop
 /// instructions a round: ~176 instructions per warp and group).
 constexpr int kDrainRoundsPerGroup = 18;
@@ -72,17 +81,20 @@ __global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0 || wg == 3) {  // the producer's and the drain's registers, as F8Cta<true>
     setmaxnreg_dec<72>();
-    if (kVar == kFullDrain && wg == 3) {
-      float v[8];
+    if (has_drain(kVar) && wg == 3) {
+      // The same FFMA count (8 per round) in every drain variant, as drain_chains chains.
+      constexpr int kChains = drain_chains(kVar);
+      float v[kChains];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = sc[j] + threadIdx.x;
-      for (int r = 0; r < kGroups * kDrainRoundsPerGroup; ++r) {
+      for (int j = 0; j < kChains; ++j) v[j] = sc[j] + threadIdx.x;
+#pragma unroll 8
+      for (int r = 0; r < kGroups * kDrainRoundsPerGroup * 8 / kChains; ++r) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = fmaf(v[j], 0.999f, 0.5f);
+        for (int j = 0; j < kChains; ++j) v[j] = fmaf(v[j], 0.999f, 0.5f);
       }
       float sum = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) sum += v[j];
+      for (int j = 0; j < kChains; ++j) sum += v[j];
       if (sum == 1.0f) out[blockIdx.x * 256] = sum;  // never true: keeps the chains alive
     }
     return;
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(512, 1) probe_kernel(float* out) {
       wgmma_wait<0>();
       acc_fence(part);
     }
-    if constexpr (kVar == kFull || kVar == kNarrow || kVar == kFullDrain) {
+    if constexpr (kVar == kFull || kVar == kNarrow || has_drain(kVar)) {
       constexpr int kJ = kVar == kNarrow ? 8 : 16;
 #pragma unroll
       for (int j = 0; j < kJ; ++j) {
@@ -150,5 +162,7 @@ int main() {
     run<kNoWait>(out, sms);
     run<kNarrow>(out, sms);
     run<kFullDrain>(out, sms);
+    run<kDrain1Chain>(out, sms);
+    run<kDrain2Chain>(out, sms);
   });
 }
