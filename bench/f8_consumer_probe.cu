@@ -21,9 +21,10 @@
 //                 tensor cores idle while the consumers promote? Straight through, the
 //                 chains take about the issue slots of a quarter of the run and none after.
 //   drain-1chain  as full+drain, but the drain's instructions as one dependent FFMA
-//                 chain (one issue per FFMA latency, ~4 cycles), so that they spread over
-//                 about the whole run at ~25% of each scheduler's issue slots, like the
-//                 real drain's steady share
+//                 chain (one issue per FFMA latency, ~4 cycles), meant to spread them over
+//                 the run at ~25% of each scheduler's issue slots. Measured, the chain alone
+//                 needs about the consumers' whole run (~1.2 M cycles), so the kernel's
+//                 time becomes the chain's: a bound on nothing useful (session 48)
 //   drain-2chain  the same as two chains (~50% of the issue slots while they last)
 // Two consumer warpgroups per SM (and an idle producer and drain warpgroup, as GEMM1's
 // CTA of 512 threads with its register split).
@@ -35,7 +36,9 @@
 // Prints one line per variant: median us over 9 runs, TFLOP/s and the fraction of the
 // measured FP8 peak (1448 TFLOP/s, ../shared/H200.md).
 // Measured (session 47, an H100; PERFORMANCE.md): full 1896-1918 TFLOP/s, ~96% of the data
-// sheet's FP8 rate: the loop itself is not what holds the FP8 GEMMs.
+// sheet's FP8 rate: the loop itself is not what holds the FP8 GEMMs. Session 48 (H200):
+// full 1906 / 1780 (two rounds), full+drain 1445 / 1338: a busy fourth warp costs the
+// consumers ~25%; but the real GEMM2, with no drain, runs at GEMM1's rate per FLOP.
 #include <cuda_runtime.h>
 
 #include <cstdint>
