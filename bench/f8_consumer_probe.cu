@@ -55,8 +55,9 @@ constexpr const char* kNames[] = {"full", "no-promote", "no-wait", "narrow", "fu
 __host__ __device__ constexpr bool has_drain(int var) { return var == kFullDrain || var == kDrain1Chain || var == kDrain2Chain; }
 /// Independent FFMA chains of the drain variants.
 __host__ __device__ constexpr int drain_chains(int var) { return var == kDrain1Chain ? 1 : var == kDrain2Chain ? 2 : 8; }
-/// full+drain: FFMA rounds per group of the fourth warpgroup (8 FFMA and ~2 loop
-/// instructions a round: ~176 instructions per warp and group).
+/// The drain variants: FFMA rounds per group of the fourth warpgroup, 8 FFMA a round (144
+/// per warp and group; with the loop unrolled 8 times and its ~3 instructions, ~151 for 8
+/// chains and ~198 for one, against the real drain's ~175).
 constexpr int kDrainRoundsPerGroup = 18;
 constexpr int kGroups = 2048;                  // 128-K groups per CTA
 constexpr int kSmemW = 128 * 128;              // 128 weight rows x 128 E4M3, 128-byte swizzled
