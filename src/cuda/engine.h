@@ -255,6 +255,15 @@ struct Gemm1Params {
   Fp8MatView w13f8;
   const uint8_t* xf = nullptr;     // [M*k][w13f8.cols_p] staged x in routed-row order (TMA)
   const float* xf_scale = nullptr;  // [w13f8.groups][fp8_scale_rows(M*k)]
+  /// FP8 mode with the intermediate's regrouping fused into GEMM1's drain (layer.cu;
+  /// knob MXMOE_F8_FUSED=0 turns it off): the drain writes GEMM2's staged rows and scales,
+  /// the bytes stage_fp8 would make from `inter`, and not `inter`. Null: `inter`, staged
+  /// after GEMM1 by stage_fp8.
+  uint8_t* if8 = nullptr;           // [M*k][if8_stride] E4M3 codes
+  float* if8_scale = nullptr;       // [if8_stride / 128][if8_scale_rows]
+  int64_t if8_stride = 0;           // w2f8.cols_p: N rounded up to 128
+  int64_t if8_scale_rows = 0;       // fp8_scale_rows(M*k)
+  int if8_shift = 0;                // StageFp8Params::scale_shift of GEMM2's weights
   /// Decode path at one token: launched as a programmatic dependent of the permutation's
   /// prologue kernel (heuristics.h use_programmatic_gemm1). Its blocks start beside the
   /// prologue, move their first weight chunks toward L2 if the routing ids (`ids`,

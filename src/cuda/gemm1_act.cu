@@ -22,6 +22,7 @@
 #include "heuristics.h"
 #include "mx_mma.cuh"
 #include "mxmoe/activation_math.h"
+#include "fp8_regroup.cuh"
 #include "wgmma_fp8.cuh"
 #include "wgmma_mx.cuh"
 
@@ -866,6 +867,14 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
   const int rg_count = p.w13f8.rows / 64;  // past it: the padding rows of the last block
   const float* bias = p.bias ? p.bias + static_cast<size_t>(tile.e) * 2 * N + 128 * tile.rb : nullptr;
   const int n = 64 * wg + 16 * warp + g;
+  // Every row this thread stores, r = 64 up + 8 (j >> 1) + 2t + c (c < 2), has
+  // (r >> 1) & 3 = t, so f8_staged_index's swizzle is the same for all of them: two base
+  // addresses (tokens n and n + 8) and compile-time offsets. Left to f8_staged_index per
+  // store, ptxas kept up to ~60 of the addresses live across the mainloop, beside its 128
+  // accumulator registers, and spilled.
+  float* const row_t = staged + 2 * t * kPfTokens;
+  float* const s0 = row_t + (n ^ (t << 3));
+  float* const s1 = row_t + ((n + 8) ^ (t << 3));
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int up = j & 1, col = 8 * (j >> 1) + 2 * t;  // and col + 1
@@ -874,31 +883,30 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
                          ? *reinterpret_cast<const float2*>(bias + 64 * (j >> 3) + 32 * up + (col & 31))
                          : make_float2(-0.0f, -0.0f);
     const float2 s = row_scales.pair(j);
-    const int r = 64 * up + col;
-    staged[f8_staged_index(r, n)] = fmaf(acc[4 * j + 0], s.x, b.x);
-    staged[f8_staged_index(r + 1, n)] = fmaf(acc[4 * j + 1], s.y, b.y);
-    staged[f8_staged_index(r, n + 8)] = fmaf(acc[4 * j + 2], s.x, b.x);
-    staged[f8_staged_index(r + 1, n + 8)] = fmaf(acc[4 * j + 3], s.y, b.y);
+    const int r0 = 64 * up + 8 * (j >> 1);  // r - 2t: a constant
+    s0[r0 * kPfTokens] = fmaf(acc[4 * j + 0], s.x, b.x);
+    s0[(r0 + 1) * kPfTokens] = fmaf(acc[4 * j + 1], s.y, b.y);
+    s1[r0 * kPfTokens] = fmaf(acc[4 * j + 2], s.x, b.x);
+    s1[(r0 + 1) * kPfTokens] = fmaf(acc[4 * j + 3], s.y, b.y);
   }
 }
 
-/// The drain warpgroup's epilogue of one staged tile: thread n takes token n (routed row
-/// off + 128 tt + n) and, per MXFP8 block (the tile's columns 32b .. 32b + 31, b < 2), its
-/// 32 activations (written back over the gates), their amax (a NaN is dropped as
+/// f8_drain_tile's token n (routed row off + 128 tt + n): per MXFP8 block (the tile's
+/// columns 32b .. 32b + 31, b < 2), its 32 activations (written back over the gates), their amax (a NaN is dropped as
 /// fmt::block_amax does, and so is an Inf, which saturates: fmt::amax_term), the
 /// formats.h scale byte and the 32 E4M3 codes, stored as two 16-byte pieces of the token's
-/// row. A whole block per thread: no shuffles, no barriers.
+/// row of `inter` (kFused: into the group buffer, as blocks 2 half and 2 half + 1 of its
+/// group). A whole block per thread: no shuffles, no barriers.
 ///
 /// The token's word of staged row r is at word[(r >> 1) & 3] + 128 r (f8_staged_index), so
 /// loops whose r % 8 is known at compile time load and store at immediate offsets: the
 /// index arithmetic took ~12 of the ~89 instructions per activation when the loop ran in
 /// steps of 4. The codes go two per conversion (e4m3x2_satfinite); a block that holds a
 /// NaN takes them again one by one for the NaN's sign (float_to_e4m3).
-template <int kAct>
-__device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile& tile, float* staged) {
-  const int n = threadIdx.x & 127;
+template <int kAct, bool kFused>
+__device__ __forceinline__ void f8_drain_blocks(const Gemm1Params& p, const PfTile& tile, float* staged,
+                                                int n, int half, F8GroupBuffer* group) {
   const int e = tile.e;
-  if (n >= p.counts[e] - tile.tt * kPfTokens) return;  // padding token
   const int64_t row = p.offsets[e] + static_cast<int64_t>(tile.tt) * kPfTokens + n;
   const int64_t N = p.intermediate;
   const int kbN = static_cast<int>(N / kMxBlock);
@@ -912,6 +920,7 @@ __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile
 #pragma unroll
     for (int k = 0; k < 4; ++k) base[k] = word[k] + r0 * kPfTokens;
   };
+  uint32_t bytes = 0, used = 0;  // kFused: this half's blocks' bytes and use
 #pragma unroll 1
   for (int b = 0; b < 2; ++b) {
     const int rg = tile.rb * 2 + b;
@@ -950,12 +959,87 @@ __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile
         for (int i = 0; i < 4; ++i) q[w] |= static_cast<uint32_t>(fmt::float_to_e4m3(scaled(4 * w + i))) << (8 * i);
       }
     }
-    uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + row * N + 32 * rg);
-    dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
-    dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
-    p.inter_scale[row * kbN + rg] = sb;
+    if constexpr (kFused) {
+      const int blk = 2 * half + b, sw = n & 7;
+      group->codes[n][(2 * blk) ^ sw] = make_uint4(q[0], q[1], q[2], q[3]);
+      group->codes[n][(2 * blk + 1) ^ sw] = make_uint4(q[4], q[5], q[6], q[7]);
+      const bool any_code = ((q[0] | q[1] | q[2] | q[3] | q[4] | q[5] | q[6] | q[7]) & 0x7F7F7F7Fu) != 0;
+      bytes |= static_cast<uint32_t>(sb) << (8 * blk);
+      used |= static_cast<uint32_t>(regroup_block_used(any_code, sb)) << blk;
+    } else {
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.inter) + row * N + 32 * rg);
+      dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+      dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+      p.inter_scale[row * kbN + rg] = sb;
+    }
+  }
+  if constexpr (kFused) {
+    group->bytes[n] = bytes;
+    group->used[n] = used;
   }
 }
+
+/// The group of the pair the drain just finished (f8_drain_tile, fused), staged for GEMM2
+/// as stage_fp8 stages it (fp8_regroup.cuh): token n's thread finds the group's byte T
+/// and writes the scale (32 consecutive rows per warp), then each warp writes its 32
+/// tokens' 128-byte rows, 4 tokens per store (lane l: chunk l % 8 of token 4i + l / 8),
+/// re-expressed under T; an unused block as zeros.
+__device__ __forceinline__ void f8_drain_group(const Gemm1Params& p, const PfTile& tile, int n, int live,
+                                               F8GroupBuffer* group) {
+  const int64_t row0 = p.offsets[tile.e] + static_cast<int64_t>(tile.tt) * kPfTokens;
+  const int grp = tile.rb >> 1;
+  if (n < live) {
+    const uint32_t bytes = group->bytes[n], used = group->used[n];
+    int key = 0;
+#pragma unroll
+    for (int blk = 0; blk < fp8mode::kBlocksPerGroup; ++blk)
+      key = max(key, regroup_block_key((used >> blk) & 1u, static_cast<uint8_t>(bytes >> (8 * blk))));
+    const uint8_t T = regroup_group_byte(key);
+    p.if8_scale[grp * p.if8_scale_rows + row0 + n] = regroup_scale(T, p.if8_shift);
+    group->used[n] = used | (static_cast<uint32_t>(T) << 8);
+  }
+  __syncwarp();  // the warp's 32 tokens' codes, bytes and T
+  const int lane = n & 31, c = lane & 7, blk = c >> 1;
+#pragma unroll 1
+  for (int i = 0; i < 8; ++i) {
+    const int tok = (n & ~31) + 4 * i + (lane >> 3);
+    if (tok >= live) break;  // (tok grows with i)
+    const uint32_t meta = group->used[tok];
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if ((meta >> blk) & 1u) {
+      const uint8_t T = static_cast<uint8_t>(meta >> 8);
+      const uint8_t bb = static_cast<uint8_t>(group->bytes[tok] >> (8 * blk));
+      const int d = static_cast<int>(T) - static_cast<int>(bb);
+      v = group->codes[tok][c ^ (tok & 7)];
+      v = make_uint4(regroup_e4m3x4(v.x, d, bb, T), regroup_e4m3x4(v.y, d, bb, T), regroup_e4m3x4(v.z, d, bb, T),
+                     regroup_e4m3x4(v.w, d, bb, T));
+    }
+    *reinterpret_cast<uint4*>(p.if8 + (row0 + tok) * p.if8_stride + fp8mode::kGroup * grp + 16 * c) = v;
+  }
+  __syncwarp();  // read before the next pair's blocks overwrite them
+}
+
+/// The drain warpgroup's epilogue of one staged tile (f8_drain_blocks per token). With
+/// the regrouping fused (p.if8; the CTA's tiles come in pairs, F8Tiles<true>), the codes and bytes
+/// go to the group buffer (row block 2p: blocks 0, 1 of group p; 2p + 1: blocks 2, 3), and
+/// after a group's last row block f8_drain_group writes it staged for GEMM2.
+template <int kAct>
+__device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile& tile, const F8Ring& ring) {
+  float* staged = ring.staged;
+  const int n = threadIdx.x & 127;
+  const int e = tile.e;
+  const int live = p.counts[e] - tile.tt * kPfTokens;  // the tile's tokens: n < live (up to 128)
+  const bool fused = p.if8 != nullptr;
+  const int half = tile.rb & 1;  // fused: the group's blocks 2 half, 2 half + 1
+  const bool group_done = half == 1 || tile.rb + 1 == p.w13f8.rows_p / kF8Rows;
+  if (fused) {
+    if (n < live) f8_drain_blocks<kAct, true>(p, tile, staged, n, half, ring.group);
+    if (group_done) f8_drain_group(p, tile, n, live, ring.group);
+  } else if (n < live) {  // (past live: a padding token)
+    f8_drain_blocks<kAct, false>(p, tile, staged, n, 0, nullptr);
+  }
+}
+
 #endif
 
 // One kernel per activation kind (am::with_activation_kind) and weight form (kRowScale:
@@ -973,10 +1057,10 @@ __global__ void __launch_bounds__(F8Cta<true>::kThreads, 1)
       o, f8_smem,
       [&](const float (&acc)[64], const F8RowScales<kRowScale>& row_scales, const PfTile& tile, int wg,
           const F8Ring& ring) { f8_stage_tile(p, acc, row_scales, tile, wg, ring.staged); },
-      [&](const PfTile& tile, float* staged) {
+      [&](const PfTile& tile, const F8Ring& ring) {
         // As gemm1_prefill_kernel.
         am::with_form_of_kind<kAct>([&] { return p.alpha[tile.e]; }, [&](auto form) {
-          f8_drain_tile<decltype(form)::value>(p, tile, staged);
+          f8_drain_tile<decltype(form)::value>(p, tile, ring);
         });
       });
 #endif
@@ -1039,6 +1123,13 @@ void launch_gemm1(const Gemm1Params& p, cudaStream_t stream) {
                         p.inter_fp8 && p.w13f8.rows_p % kF8Rows == 0 && p.w13f8.rows % 64 == 0,
                     "Gemm1Params.xf", "the FP8 mode needs the staged x and its scales, the FP8 "
                     "weights and an MXFP8 intermediate");
+    MXMOE_CHECK_ARG(p.if8 == nullptr || (p.if8_scale != nullptr && p.if8_stride % fp8mode::kGroup == 0 &&
+                                         p.if8_stride >= p.intermediate &&
+                                         p.if8_stride < p.intermediate + fp8mode::kGroup &&
+                                         p.if8_scale_rows == fp8_scale_rows(p.tokens * p.top_k)),
+                    "Gemm1Params.if8_stride", p.if8_stride, ": GEMM2's staged intermediate needs its scales, ",
+                    "the intermediate ", p.intermediate, " rounded up to ", fp8mode::kGroup,
+                    " and fp8_scale_rows(M * top_k) scale rows");
     am::with_activation_kind(p.activation, [&](auto kind) {
       with_bool(p.w13f8.row_scale, [&](auto row_c) {
         const auto kernel = gemm1_fp8_kernel<decltype(kind)::value, decltype(row_c)::value>;

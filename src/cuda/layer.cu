@@ -420,6 +420,7 @@ struct CudaMoeLayer::Impl {
   bool programmatic_ok = false;  // sm_90+, MXMOE_PDL not 0 (heuristics.h use_programmatic_launch)
   ReadyMode ready_mode = ReadyMode::kDecode;  // MXMOE_READY (heuristics.h use_expert_ready)
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
+  bool f8_fused = true;     // FP8 mode: GEMM1's drain stages GEMM2's input (MXMOE_F8_FUSED=0: stage_fp8 does)
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
   int activation = 0;  // Gemm1Params.activation: the kind, SiTU's form resolved where it can be
@@ -513,6 +514,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   }
   // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
+  s.f8_fused = !knob_off("MXMOE_F8_FUSED");
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
   if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
     s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
@@ -805,11 +807,26 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.ib = reinterpret_cast<uint16_t*>(ws + L.ib);
     g1.ib_stride = s.d2.kc * kKChunk;
   }
+  // FP8 mode: GEMM2's staged intermediate, made by GEMM1's drain (s.f8_fused) or by
+  // stage_fp8 from GEMM1's MXFP8 intermediate.
+  const StageFp8Params fi{.src = static_cast<const uint8_t*>(g1.inter), .scale = g1.inter_scale,
+                          .rows = M * k, .live_rows = pp.offsets + pp.num_local,
+                          .cols = N, .stride = s.f2.cols_p,
+                          .dst = reinterpret_cast<uint8_t*>(ws + L.if8),
+                          .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale),
+                          .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f2)};
   if (fp8) {
     g1.fp8 = true;
     g1.w13f8 = fp8_view(s.w13c, s.w13g, s.f13);
     g1.xf = fx.dst;
     g1.xf_scale = fx.dst_scale;
+    if (s.f8_fused) {
+      g1.if8 = fi.dst;
+      g1.if8_scale = fi.dst_scale;
+      g1.if8_stride = fi.stride;
+      g1.if8_scale_rows = fi.scale_rows;
+      g1.if8_shift = fi.scale_shift;
+    }
   }
   g1.programmatic = !prefill && !fp8 && use_programmatic_gemm1(s.programmatic_ok, balanced, M * k);
   if (g1.programmatic) {
@@ -866,13 +883,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.split_count = g1.split_count;
   }
   if (fp8) {
-    const StageFp8Params fi{.src = static_cast<const uint8_t*>(g1.inter), .scale = g1.inter_scale,
-                            .rows = M * k, .live_rows = pp.offsets + pp.num_local,
-                            .cols = N, .stride = s.f2.cols_p,
-                            .dst = reinterpret_cast<uint8_t*>(ws + L.if8),
-                            .dst_scale = reinterpret_cast<float*>(ws + L.if8_scale),
-                            .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f2)};
-    launch_stage_fp8(fi, st);
+    if (!s.f8_fused) launch_stage_fp8(fi, st);
     g2.fp8 = true;
     g2.splits = 1;
     g2.back = nullptr;

@@ -15,6 +15,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "mxmoe/formats.h"
+#include "fp8_regroup.cuh"
 #include "mxmoe/fp8_mode.h"
 
 namespace mxmoe::cuda_detail {
@@ -23,23 +24,6 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per row
 constexpr int kGroupBlocks = fp8mode::kBlocksPerGroup;
-
-/// The rounding path of lower_code, out of line: inlined at each of the kernel's 64 code
-/// sites (16 per pass, kPasses passes) it made the kernel ~6800 instructions.
-__device__ __noinline__ uint32_t rounded_code(uint32_t c, uint8_t block_byte, uint8_t group_byte) {
-  return fp8mode::activation_code(static_cast<uint8_t>(c), block_byte, group_byte);
-}
-
-/// activation_code with its exact common case inline: a normal code whose exponent field
-/// stays >= 1 after lowering by d keeps its mantissa. NaN (magnitude 0x7F) and everything
-/// that leaves the normal range take the rounding path.
-__device__ __forceinline__ uint32_t lower_code(uint32_t c, int d, uint8_t block_byte, uint8_t group_byte) {
-  const uint32_t mag = c & 0x7Fu;
-  if (group_byte == fmt::kE8m0Nan) return fmt::kE4m3Nan | (c & 0x80u);  // as activation_code
-  if (d == 0 || mag == 0) return c;
-  if (mag != 0x7Fu && static_cast<int>(mag >> 3) > d) return c - (static_cast<uint32_t>(d) << 3);
-  return rounded_code(c, block_byte, group_byte);
-}
 
 // One warp per row; each pass covers 4 groups (512 bytes): lane l takes bytes
 // [16 l, 16 l + 16) of the pass, half of MX block l / 2 of group l / 8, so the loads and
@@ -79,33 +63,20 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) stage_fp8_kernel(const Sta
       const uint8_t byte = bytes[i];
       const bool nonzero = ((in[i].x | in[i].y | in[i].z | in[i].w) & 0x7F7F7F7Fu) != 0;
       const bool partner = __shfl_xor_sync(0xffffffffu, nonzero, 1);  // the block's other half
-      const bool used = real && (partner || nonzero || byte == fmt::kE8m0Nan);
-      int key = used ? (byte == fmt::kE8m0Nan ? 256 : byte) : 0;
+      const bool used = real && regroup_block_used(partner || nonzero, byte);
+      int key = regroup_block_key(used, byte);
 #pragma unroll
       for (int m = 2; m <= 4; m *= 2) key = max(key, __shfl_xor_sync(0xffffffffu, key, m));
       key = max(key, __shfl_xor_sync(0xffffffffu, key, 1));
       if (grp >= groups) continue;
-      const uint8_t T = key == 256 ? fmt::kE8m0Nan : static_cast<uint8_t>(key);
+      const uint8_t T = regroup_group_byte(key);
       const int d = static_cast<int>(T) - static_cast<int>(byte);
       uint32_t w[4] = {in[i].x, in[i].y, in[i].z, in[i].w};
-      if (!used) {
-        w[0] = w[1] = w[2] = w[3] = 0u;
-      } else if (T == fmt::kE8m0Nan || d != 0) {  // (d == 0: every code stays)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t o = 0;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) o |= lower_code((w[j] >> (8 * k)) & 0xFFu, d, byte, T) << (8 * k);
-          w[j] = o;
-        }
-      }
+      for (int j = 0; j < 4; ++j) w[j] = used ? regroup_e4m3x4(w[j], d, byte, T) : 0u;
       *reinterpret_cast<uint4*>(p.dst + row * p.stride + (g0 + 4 * i) * fp8mode::kGroup + 16 * lane) =
           make_uint4(w[0], w[1], w[2], w[3]);
-      // 2^(T - 127 + shift), exact down to fp32's smallest subnormal (ldexpf; shift 0 gives
-      // e8m0_to_float(T)); NaN stays NaN.
-      if (lane % 8 == 0)
-        p.dst_scale[grp * p.scale_rows + row] = T == fmt::kE8m0Nan ? fmt::e8m0_to_float(T)
-                                                            : ldexpf(1.0f, static_cast<int>(T) - 127 + p.scale_shift);
+      if (lane % 8 == 0) p.dst_scale[grp * p.scale_rows + row] = regroup_scale(T, p.scale_shift);
     }
   }
 }

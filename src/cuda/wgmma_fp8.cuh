@@ -77,6 +77,19 @@ __device__ __forceinline__ int f8_token_scale_shift(int first_row) { return firs
 /// (f8_staged_index).
 inline constexpr int kF8StagedBytes = 2 * 64 * kPfTokens * 4;
 
+/// GEMM1's drain, with the intermediate's regrouping fused (F8Operands::paired): per token
+/// of the tile, the E4M3 codes of its 128-column group (4 MX blocks, the first two from
+/// row block 2p, the last two from 2p + 1), as 8 chunks of 16 bytes, chunk c of token n at
+/// codes[n][c ^ (n & 7)] (so that 8 threads storing their tokens' chunk c hit 8 different
+/// 16-byte bank groups); each block's scale byte, and which blocks are used
+/// (fp8_regroup.cuh).
+struct F8GroupBuffer {
+  uint4 codes[kPfTokens][8];
+  uint32_t bytes[kPfTokens];  // block b's byte in byte b
+  uint32_t used[kPfTokens];   // bit b: block b used
+};
+inline constexpr int kF8GroupBufferBytes = static_cast<int>(sizeof(F8GroupBuffer));
+
 /// The CTA of an FP8 kernel: warpgroup 0 the producer, 1 and 2 the consumers, and with
 /// kDrain warpgroup 3 the drain (GEMM1's epilogue), with their setmaxnreg split of the
 /// registers the CTA is launched with (ptxas's count: 168 at 384 threads, 128 at 512).
@@ -93,10 +106,11 @@ struct F8Cta {
   static constexpr int kLaunchRegs = kDrain ? 128 : 168;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs + 128 * kDrainRegs <= kThreads * kLaunchRegs,
                 "setmaxnreg split");
-  /// Dynamic shared memory (1 KB of slack to align the ring): the stages, the staged tile,
-  /// the ring's barriers and the staged tile's two.
-  static constexpr int kSmemBytes =
-      1024 + kF8Stages * kF8StageBytes + (kDrain ? kF8StagedBytes : 0) + 2 * kF8Stages * 8 + (kDrain ? 16 : 0);
+  /// Dynamic shared memory (1 KB of slack to align the ring): the stages, the staged tile
+  /// and the drain's group buffer, the ring's barriers and the staged tile's two.
+  static constexpr int kSmemBytes = 1024 + kF8Stages * kF8StageBytes +
+                                    (kDrain ? kF8StagedBytes + kF8GroupBufferBytes : 0) + 2 * kF8Stages * 8 +
+                                    (kDrain ? 16 : 0);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
 };
 /// wgmma_mx.cuh check_register_split with this mode's split; checked when a layer is
@@ -134,6 +148,28 @@ struct F8Operands {
   __device__ int tile_first_row(const PfTile& t) const { return offsets[t.e] + t.tt * kPfTokens; }
 };
 
+/// A role's walk over its CTA's tiles (every role of the CTA takes the same ones, in the
+/// same order): `for (ti = first();; ti = after(ti))` over pf_tile(..., span(o), ti, ...),
+/// skipping the tiles `skipped` names. Plain (GEMM2): tiles blockIdx.x, + gridDim.x, ... of
+/// pf_tile's sequence. kPaired (GEMM1): units of two tiles, row blocks 2p and 2p + 1 of
+/// one (expert, token tile), back to back, so that the drain sees each 128-column group of
+/// the intermediate whole (f8_drain_tile). The sequence is then pf_tile's over an even
+/// row-block count, whose extra block (an odd count's last pair) is skipped: the CTA's
+/// k-th unit is tiles 2 (blockIdx.x + k gridDim.x) and the one after.
+template <bool kPaired>
+struct F8Tiles {
+  static __device__ __forceinline__ uint32_t first() { return kPaired ? 2u * blockIdx.x : blockIdx.x; }
+  static __device__ __forceinline__ uint32_t after(uint32_t i) {
+    return !kPaired ? i + gridDim.x : (i & 1u) ? i + 2u * gridDim.x - 1u : i + 1u;
+  }
+  static __device__ __forceinline__ int span(const F8Operands& o) {
+    return kPaired ? o.rb_count() + (o.rb_count() & 1) : o.rb_count();
+  }
+  static __device__ __forceinline__ bool skipped(const F8Operands& o, const PfTile& t) {
+    return kPaired && t.rb >= o.rb_count();
+  }
+};
+
 /// Arrivals that complete a stage: the producer thread's arming of the TMA bytes (every
 /// operand of a stage comes by TMA or bulk copy).
 inline constexpr uint32_t kF8FullArrivals = 1;
@@ -146,6 +182,7 @@ struct F8Ring {
   float* staged;           // kDrain: [kF8StagedBytes / 4] (f8_staged_index), else null
   uint64_t* staged_full;   // kDrain: 256 consumer-thread arrivals once a tile is staged
   uint64_t* staged_empty;  // kDrain: 128 drain-thread arrivals once it is read
+  F8GroupBuffer* group;    // kDrain: the drain's half-done intermediate groups (f8_drain_tile)
 };
 
 /// Where the staged tile holds row r (gate of column c: r = c; up: r = 64 + c) of token n:
@@ -164,6 +201,8 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
   uint8_t* past = r.stages + kF8Stages * kF8StageBytes;
   r.staged = kDrain ? reinterpret_cast<float*>(past) : nullptr;
   if constexpr (kDrain) past += kF8StagedBytes;
+  r.group = kDrain ? reinterpret_cast<F8GroupBuffer*>(past) : nullptr;
+  if constexpr (kDrain) past += kF8GroupBufferBytes;
   r.full = reinterpret_cast<uint64_t*>(past);
   r.empty = r.full + kF8Stages;
   r.staged_full = kDrain ? r.empty + kF8Stages : nullptr;
@@ -204,17 +243,18 @@ __device__ __forceinline__ F8Ring f8_ring(uint8_t* dyn_smem) {
 /// routed-row order costs a write of 16x x's bytes (PERFORMANCE.md, session 40).
 /// The stage is published by the TMA engine (the full barrier's transaction count), so
 /// the thread never waits for its copies: every stage of the ring can be in flight.
-template <bool kRowScale>
+template <bool kRowScale, bool kPaired>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x >> 5, 0);  // warp-uniform (f8_run)
   const bool lane0 = (threadIdx.x & 31) == 0;
-  const int rb_count = o.rb_count();
   uint32_t n = 0;
   F8Cursor fill;
   PfWalk at;
-  for (int ti = blockIdx.x;; ti += gridDim.x) {
-    const PfTile t = pf_tile(o.counts, o.num_local, rb_count, ti, at);
+  using Tiles = F8Tiles<kPaired>;
+  for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
+    const PfTile t = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
     if (t.e < 0) break;
+    if (Tiles::skipped(o, t)) continue;
     const int brow0 = o.tile_first_row(t);
     const int wrow = t.e * o.rows_p + t.rb * kF8Rows;      // the block's first row in the map
     const float* wsc = o.ws + static_cast<int64_t>(t.e) * o.groups * o.rows_p + t.rb * kF8Rows;
@@ -327,7 +367,7 @@ struct F8NoDrain {};
 /// loop, which hands each tile's accumulator to `epilogue(acc, row_scales, tile, wg, ring)`
 /// (row_scales: F8RowScales, for the epilogue to apply). kRowScale: the weights' row form.
 /// With a drain (GEMM1, F8Cta<true>): the consumers' epilogue only stages the tile in
-/// shared memory (ring.staged), and warpgroup 3 runs `drain(tile, ring.staged)` on it
+/// shared memory (ring.staged), and warpgroup 3 runs `drain(tile, ring)` on it
 /// while the consumers go on with the next tile's mainloop; staged_full and staged_empty
 /// hand the one staged tile back and forth. Why: GEMM1's activation and quantization kept
 /// both consumer warpgroups, and so the tensor cores, away from the mainloop for ~30% of
@@ -347,19 +387,22 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   // more never returns).
   if (wg == 0) {
     setmaxnreg_dec<Cta::kProducerRegs>();
-    f8_producer<kRowScale>(o, ring);
+    f8_producer<kRowScale, kDrain>(o, ring);
     return;
   }
   if constexpr (kDrain) {
     if (wg == 3) {
       setmaxnreg_dec<Cta::kDrainRegs>();
       PfWalk at;
-      for (uint32_t k = 0, ti = blockIdx.x;; ++k, ti += gridDim.x) {
-        const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
+      uint32_t k = 0;
+      for (uint32_t ti = F8Tiles<true>::first();; ti = F8Tiles<true>::after(ti)) {
+        const PfTile tile = pf_tile(o.counts, o.num_local, F8Tiles<true>::span(o), static_cast<int>(ti), at);
         if (tile.e < 0) break;
+        if (F8Tiles<true>::skipped(o, tile)) continue;
         mbar_wait(ring.staged_full, k & 1u);
-        drain(tile, ring.staged);
+        drain(tile, ring);
         mbar_arrive(ring.staged_empty);
+        ++k;
       }
       return;
     }
@@ -367,9 +410,12 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   setmaxnreg_inc<Cta::kConsumerRegs>();
   F8Cursor cur;
   PfWalk at;
-  for (uint32_t k = 0, ti = blockIdx.x;; ++k, ti += gridDim.x) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, o.rb_count(), static_cast<int>(ti), at);
+  using Tiles = F8Tiles<kDrain>;  // GEMM1's in pairs
+  uint32_t k = 0;
+  for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
+    const PfTile tile = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
     if (tile.e < 0) break;
+    if (Tiles::skipped(o, tile)) continue;
     float acc[64];
     f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1,
                            f8_token_scale_shift(o.tile_first_row(tile)));
@@ -378,6 +424,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     }
     epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
     if constexpr (kDrain) mbar_arrive(ring.staged_full);
+    ++k;
   }
 }
 

@@ -2714,6 +2714,69 @@ TEST(Fp8Mode, RowFormBitIdenticalToGroupForm) {
   }
 }
 
+// GEMM2's staged intermediate made by GEMM1's drain (the default) against stage_fp8's
+// (MXMOE_F8_FUSED=0, GEMM1 writing the MXFP8 intermediate), bit for bit in the output.
+// Shapes: Kimi-like N = 2048 (16 groups: every pair of row blocks whole), N = 160 (three
+// row blocks: the last group one tile alone, with one real block of four) and N = 96 (the
+// group's second tile one real block); M with a second and a partial token tile. The
+// inputs reach the regrouping's rare paths: the up rows of every group's second block 20
+// binades smaller (its codes lowered by ~20 binades: activation_code itself, past the
+// f16 path's 15), and x NaN or Inf in a few tokens (NaN codes; NaN and Inf intermediates).
+TEST(Fp8Mode, FusedIntermediateBitIdenticalToStagedOne) {
+  REQUIRE_FP8_MODE();
+  struct Case {
+    Activation act;
+    int64_t hidden, intermediate, top_k, M;
+    bool bias;
+  };
+  int seed = 1500;
+  for (const Case& cs : {Case{Activation::SiTU, 384, 2048, 16, 128, false},
+                         Case{Activation::SiTU, 384, 2048, 16, 300, false},
+                         Case{Activation::SwiGLU_OAI, 352, 160, 4, 200, true},
+                         Case{Activation::SiLU_Gated, 256, 96, 4, 260, false}}) {
+    MoeConfig cfg = fp8_cfg(cs.act);
+    cfg.hidden = cs.hidden;
+    cfg.intermediate = cs.intermediate;
+    cfg.top_k = cs.top_k;
+    cfg.has_bias = cs.bias;
+    SCOPED_TRACE(cfg.describe() + " M=" + std::to_string(cs.M));
+    ASSERT_TRUE(cd::use_fp8_prefill(cs.M, true));
+    SyntheticLayer syn = make_synthetic_layer(cfg, seed++);
+    const int64_t kb = cfg.hidden / 32;
+    for (int64_t row = 0; row < cfg.num_experts * 2 * cfg.intermediate; ++row) {
+      const int64_t j = (row % (2 * cfg.intermediate)) / 64, i = row % 64;  // layout.h: group j
+      if (j % 4 == 1 && i >= 32)                                             // up rows of block 1 mod 4
+        for (int64_t b = 0; b < kb; ++b) syn.weights.w13_scale[row * kb + b] -= 20;
+    }
+    Activations x = make_activations(cs.M, cfg.hidden, seed++);
+    x.bf16[3 * cfg.hidden + 5] = 0x7FC0;   // NaN
+    x.bf16[7 * cfg.hidden + 40] = 0x7F80;  // +Inf
+    const Routing r = random_routing(cs.M, cfg.top_k, iota_ids(28), seed++, true);
+    Output out[2];
+    for (int fused : {0, 1}) {
+      if (!fused) setenv("MXMOE_F8_FUSED", "0", 1);
+      CudaMoeLayer layer(cfg, syn.weights);
+      unsetenv("MXMOE_F8_FUSED");
+      CudaHostSession s(layer, cs.M);
+      s.set_inputs(x, &r, nullptr);
+      out[fused] = s.run_eager();
+      if (fused) {
+        const auto g = s.run_graph(1);
+        EXPECT_TRUE(g[0].bf16 == out[1].bf16) << "graph replay differs from eager";
+      }
+    }
+    ASSERT_EQ(out[0].bf16.size(), out[1].bf16.size());
+    int64_t differ = 0, first = -1, nan = 0;
+    for (size_t i = 0; i < out[0].bf16.size(); ++i) {
+      if (out[0].bf16[i] != out[1].bf16[i] && differ++ == 0) first = static_cast<int64_t>(i);
+      nan += (out[1].bf16[i] & 0x7FFF) > 0x7F80;
+    }
+    EXPECT_EQ(differ, 0) << "first at output " << first << " of " << out[0].bf16.size();
+    EXPECT_GT(nan, 0) << "the NaN token must reach the output";
+    EXPECT_LT(nan, static_cast<int64_t>(out[1].bf16.size()) / 4) << "NaN must stay in its tokens";
+  }
+}
+
 // Weights the mode cannot hold exactly are refused when the layer is built, naming the
 // argument, the expert, the row and the group; weights scaled outside its range too.
 TEST(Fp8Mode, RefusesWeightsItCannotRepresent) {
