@@ -973,9 +973,9 @@ __device__ __forceinline__ void f8_drain_blocks(const Gemm1Params& p, const PfTi
       p.inter_scale[row * kbN + rg] = sb;
     }
   }
-  if constexpr (kFused) {
-    group->bytes[n] = bytes;
-    group->used[n] = used;
+  if constexpr (kFused) {  // the second half keeps the first's blocks
+    group->bytes[n] = half ? group->bytes[n] | bytes : bytes;
+    group->used[n] = half ? group->used[n] | used : used;
   }
 }
 
