@@ -19,10 +19,10 @@
 
 #include "common.cuh"
 #include "engine.h"
+#include "fp8_regroup.cuh"
 #include "heuristics.h"
 #include "mx_mma.cuh"
 #include "mxmoe/activation_math.h"
-#include "fp8_regroup.cuh"
 #include "wgmma_fp8.cuh"
 #include "wgmma_mx.cuh"
 
@@ -892,11 +892,12 @@ __device__ __forceinline__ void f8_stage_tile(const Gemm1Params& p, const float 
 }
 
 /// f8_drain_tile's token n (routed row off + 128 tt + n): per MXFP8 block (the tile's
-/// columns 32b .. 32b + 31, b < 2), its 32 activations (written back over the gates), their amax (a NaN is dropped as
-/// fmt::block_amax does, and so is an Inf, which saturates: fmt::amax_term), the
-/// formats.h scale byte and the 32 E4M3 codes, stored as two 16-byte pieces of the token's
-/// row of `inter` (kFused: into the group buffer, as blocks 2 half and 2 half + 1 of its
-/// group). A whole block per thread: no shuffles, no barriers.
+/// columns 32b .. 32b + 31, b < 2), its 32 activations (written back over the gates),
+/// their amax (a NaN is dropped as fmt::block_amax does, and so is an Inf, which
+/// saturates: fmt::amax_term), the formats.h scale byte and the 32 E4M3 codes, stored as
+/// two 16-byte pieces of the token's row of `inter` (kFused: into the group buffer, as
+/// blocks 2 half and 2 half + 1 of its group). A whole block per thread: no shuffles, no
+/// barriers.
 ///
 /// The token's word of staged row r is at word[(r >> 1) & 3] + 128 r (f8_staged_index), so
 /// loops whose r % 8 is known at compile time load and store at immediate offsets: the
@@ -1020,9 +1021,10 @@ __device__ __forceinline__ void f8_drain_group(const Gemm1Params& p, const PfTil
 }
 
 /// The drain warpgroup's epilogue of one staged tile (f8_drain_blocks per token). With
-/// the regrouping fused (p.if8; the CTA's tiles come in pairs, F8Tiles<true>), the codes and bytes
-/// go to the group buffer (row block 2p: blocks 0, 1 of group p; 2p + 1: blocks 2, 3), and
-/// after a group's last row block f8_drain_group writes it staged for GEMM2.
+/// the regrouping fused (p.if8; the CTA's tiles come in pairs, F8Tiles<true>), the codes
+/// and bytes go to the group buffer (row block 2p: blocks 0, 1 of group p; 2p + 1: blocks
+/// 2, 3), and after a group's last row block f8_drain_group writes it staged for GEMM2.
+/// Each warp touches only its own 32 tokens' entries, so __syncwarp orders them.
 template <int kAct>
 __device__ __forceinline__ void f8_drain_tile(const Gemm1Params& p, const PfTile& tile, const F8Ring& ring) {
   float* staged = ring.staged;

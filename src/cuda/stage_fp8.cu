@@ -1,21 +1,23 @@
 // stage_fp8.cu — the FP8 mode's activation staging (fp8_mode.h, wgmma_fp8.cuh): MXFP8
 // rows (E4M3 codes, one E8M0 scale per 32) -> E4M3 codes under one power-of-two scale per
 // group of 128 along K, once per forward for x (gathered into routed-row order, so that
-// GEMM1 takes its token rows by TMA) and for the intermediate.
+// GEMM1 takes its token rows by TMA), and for the intermediate only with MXMOE_F8_FUSED=0
+// (by default GEMM1's drain does it: gemm1_act.cu f8_drain_tile). Both use fp8_regroup.cuh.
 //
 // A group's byte T is the largest scale byte of its blocks that hold a nonzero code or a
 // NaN scale (an all-zero block adds nothing whatever its scale; a NaN scale poisons the
 // block, so it poisons the group). Each code of a block with byte t is re-expressed as
 // fp8mode::activation_code(c, t, T): while the result stays in E4M3's normal range it is
-// the same code with its exponent lowered by T - t (exact, the fast path here); below it
-// rounds onto the subnormal grid (the mode's bounded error). Codes past `cols` are zeros
-// up to `stride`; dst_scale holds 2^(T - 127 + scale_shift) as fp32 (the shift carries
-// the row form's reference exponent, engine.h Fp8Dims), group-major: the FP8 kernels'
-// producers take a tile's 128 token scales of a group as one TMA box (wgmma_fp8.cuh).
+// the same code with its exponent lowered by T - t (exact); below it rounds onto the
+// subnormal grid (the mode's bounded error); regroup_e4m3x4 does both, 4 codes at a time.
+// Codes past `cols` are zeros up to `stride`; dst_scale holds 2^(T - 127 + scale_shift)
+// as fp32 (the shift carries the row form's reference exponent, engine.h Fp8Dims),
+// group-major: the FP8 kernels' producers take a tile's 128 token scales of a group as
+// one TMA box (wgmma_fp8.cuh).
 #include "common.cuh"
 #include "engine.h"
-#include "mxmoe/formats.h"
 #include "fp8_regroup.cuh"
+#include "mxmoe/formats.h"
 #include "mxmoe/fp8_mode.h"
 
 namespace mxmoe::cuda_detail {

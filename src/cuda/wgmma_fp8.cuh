@@ -24,7 +24,8 @@
 //     tile and all 128 weight rows of the block: 64 + 64 fp32 registers (accumulator and
 //     scratch).
 //   warpgroup 3 (GEMM1's drain): the epilogue of the tile the consumers staged in shared
-//     memory, while they run the next one (f8_run).
+//     memory, while they run the next one (f8_run), down to GEMM2's staged intermediate
+//     (the regrouping stage_fp8 did after GEMM1 until session 49; F8Tiles, F8GroupBuffer).
 // Tokens are the MMA's M dimension (unlike the exact prefill path, whose weights are:
 // f8_mainloop says why); the tile sequence (pf_tile) and the ring bookkeeping
 // (RingCursor) are wgmma_mx.cuh's.
@@ -77,9 +78,9 @@ __device__ __forceinline__ int f8_token_scale_shift(int first_row) { return firs
 /// (f8_staged_index).
 inline constexpr int kF8StagedBytes = 2 * 64 * kPfTokens * 4;
 
-/// GEMM1's drain, with the intermediate's regrouping fused (F8Operands::paired): per token
-/// of the tile, the E4M3 codes of its 128-column group (4 MX blocks, the first two from
-/// row block 2p, the last two from 2p + 1), as 8 chunks of 16 bytes, chunk c of token n at
+/// GEMM1's drain, with the intermediate's regrouping fused (gemm1_act.cu f8_drain_tile):
+/// per token of the tile, the E4M3 codes of its 128-column group (4 MX blocks, the first
+/// two from row block 2p, the last two from 2p + 1: F8Tiles), as 8 chunks of 16 bytes, chunk c of token n at
 /// codes[n][c ^ (n & 7)] (so that 8 threads storing their tokens' chunk c hit 8 different
 /// 16-byte bank groups); each block's scale byte, and which blocks are used
 /// (fp8_regroup.cuh).
@@ -155,7 +156,11 @@ struct F8Operands {
 /// one (expert, token tile), back to back, so that the drain sees each 128-column group of
 /// the intermediate whole (f8_drain_tile). The sequence is then pf_tile's over an even
 /// row-block count, whose extra block (an odd count's last pair) is skipped: the CTA's
-/// k-th unit is tiles 2 (blockIdx.x + k gridDim.x) and the one after.
+/// k-th unit is tiles 2 (blockIdx.x + k gridDim.x) and the one after. (GEMM1 walks in
+/// pairs with MXMOE_F8_FUSED=0 too. A pair is the last wave's unit: up to one tile more
+/// on the longest CTA, e.g. 26 units (52 tiles) against 51 tiles at Kimi's M=1024. Pairs
+/// meeting through L2 instead, in the original order, cost GEMM1 more: PERFORMANCE.md,
+/// session 49.)
 template <bool kPaired>
 struct F8Tiles {
   static __device__ __forceinline__ uint32_t first() { return kPaired ? 2u * blockIdx.x : blockIdx.x; }
