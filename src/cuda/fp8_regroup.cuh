@@ -39,7 +39,9 @@ __device__ __forceinline__ uint32_t f16x2_to_e4m3x2_satfinite(uint32_t h2) {
 /// (hardware E4M3 -> f16), times 2^-d (exact: an E4M3 value's lowest bit is >= 2^-9, so the
 /// product's is >= 2^-24, f16's smallest subnormal), then one RNE rounding back to E4M3
 /// (cvt.rn.satfinite; nothing lowered can exceed 448). That is activation_code's exact
-/// product and single RNE rounding, at ~8 instructions per 4 codes instead of ~6 per code.
+/// product and single RNE rounding, two codes per conversion and multiply. The GPU tests
+/// hold it bit for bit against activation_code (Fp8Mode.StageBitExactAgainstFp8ModeHeader:
+/// every code, spreads 0..20).
 __device__ __forceinline__ uint32_t regroup_e4m3x4(uint32_t w, int d, uint8_t block_byte, uint8_t group_byte) {
   if (group_byte == fmt::kE8m0Nan) return (w & 0x80808080u) | (0x01010101u * fmt::kE4m3Nan);
   if (d == 0) return w;
