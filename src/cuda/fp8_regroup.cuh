@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -21,14 +20,6 @@ namespace mxmoe::cuda_detail {
 /// instructions.
 __device__ __noinline__ inline uint32_t regroup_code_slow(uint32_t c, uint8_t block_byte, uint8_t group_byte) {
   return fp8mode::activation_code(static_cast<uint8_t>(c), block_byte, group_byte);
-}
-
-/// f16x2 -> two E4M3 codes (low half in the low byte), RNE, saturating (cvt.rn.satfinite.e4m3x2.f16x2).
-__device__ __forceinline__ uint32_t f16x2_to_e4m3x2_satfinite(uint32_t h2) {
-  __half2_raw r;
-  r.x = static_cast<unsigned short>(h2 & 0xFFFFu);
-  r.y = static_cast<unsigned short>(h2 >> 16);
-  return __nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3);
 }
 
 /// Four E4M3 codes of a block with scale byte `block_byte` (byte i of `w` is code i), each

@@ -131,6 +131,14 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFFu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
+/// f16x2 -> two E4M3 codes (low half in the low byte), RNE, saturating
+/// (cvt.rn.satfinite.e4m3x2.f16x2); e4m3x2_to_f16x2's way back.
+__device__ __forceinline__ uint32_t f16x2_to_e4m3x2_satfinite(uint32_t h2) {
+  __half2_raw r;
+  r.x = static_cast<unsigned short>(h2 & 0xFFFFu);
+  r.y = static_cast<unsigned short>(h2 >> 16);
+  return __nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3);
+}
 
 /// The smallest E8M0 byte at which every value of an MXFP8 block, E4M3 code times
 /// 2^(byte - 127), is 0, NaN or a normal float (2^-9 * 2^(byte - 127) >= 2^-126): each is

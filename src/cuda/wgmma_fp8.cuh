@@ -80,10 +80,10 @@ inline constexpr int kF8StagedBytes = 2 * 64 * kPfTokens * 4;
 
 /// GEMM1's drain, with the intermediate's regrouping fused (gemm1_act.cu f8_drain_tile):
 /// per token of the tile, the E4M3 codes of its 128-column group (4 MX blocks, the first
-/// two from row block 2p, the last two from 2p + 1: F8Tiles), as 8 chunks of 16 bytes, chunk c of token n at
-/// codes[n][c ^ (n & 7)] (so that 8 threads storing their tokens' chunk c hit 8 different
-/// 16-byte bank groups); each block's scale byte, and which blocks are used
-/// (fp8_regroup.cuh).
+/// two from row block 2p, the last two from 2p + 1: F8Tiles), as 8 chunks of 16 bytes,
+/// chunk c of token n at codes[n][c ^ (n & 7)] (so that 8 threads storing their tokens'
+/// chunk c hit 8 different 16-byte bank groups); each block's scale byte, and which
+/// blocks are used (fp8_regroup.cuh).
 struct F8GroupBuffer {
   uint4 codes[kPfTokens][8];
   uint32_t bytes[kPfTokens];  // block b's byte in byte b
