@@ -33,6 +33,17 @@ for r in 1 2; do
   done
 done
 python3 bench/compare_runs.py $OUT --variants a,h,L0,L --rounds 1,2 --pattern '{v}_f8_{r}.json' > $OUT/compare.md 2>&1
+# M=16384 (issue 5's largest case; the target is for every M >= 1024): one round.
+if left 330 "M=16384"; then
+  timeout 90 python3 bench/torch_baseline.py --tokens 16384 --iterations 5 --json $OUT/torch16k.json > $OUT/torch16k.log 2>&1
+  note "torch 16384 rc=$?"
+  for v in a L; do
+    env $(env_of $v) timeout 60 $(bin_of $v)/mxmoe bench --tokens 16384 --iterations 5 --precision fp8 \
+      --baseline $OUT/torch16k.json --json $OUT/${v}_f8_16k.json > $OUT/${v}_f8_16k.log 2>&1
+    note "bench $v 16384 rc=$? ($(( $(date +%s) - t0 )) s)"
+  done
+  python3 bench/compare_runs.py $OUT --variants a,L --rounds 16k --pattern '{v}_f8_{r}.json' >> $OUT/compare.md 2>&1
+fi
 for v in L h; do
   timeout 60 $B/$v/mxmoe validate --suite smoke --backend cuda --precision fp8 --json $OUT/${v}_smoke.json > $OUT/${v}_smoke.log 2>&1
   note "$v smoke fp8 rc=$? $(grep -E 'passed' $OUT/${v}_smoke.log | tail -1)"
