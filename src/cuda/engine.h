@@ -388,6 +388,14 @@ struct StageFp8Params {
   /// Binades added to every staged scale: the consuming weights' row_exp_ref - 127 in the
   /// row form (engine.h Fp8Dims), 0 in the group form.
   int scale_shift = 0;
+  /// Scattered (x in routed-row order, `split` warps per token): row r is token r, written
+  /// at each of its routed rows pair_row[r * top_k + j] >= 0 (the slots of no local expert
+  /// are -1); dst then has routed rows and scale_rows = fp8_scale_rows(rows * top_k).
+  /// Needs row_map and live_rows null. Null: row r is written at row r.
+  const int32_t* pair_row = nullptr;
+  /// Scattered only: warps per row, each taking a share of its groups (heuristics.h
+  /// stage_fp8_split); 1 otherwise.
+  int split = 1;
 };
 void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// Rows of each group of the staged scales: `rows` up to a multiple of 4 (16 bytes, the

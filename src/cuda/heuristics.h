@@ -424,6 +424,27 @@ MXMOE_HD constexpr bool prefill_claims(bool gated, int tok) { return gated && pr
 inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
   return fp8_mode && tokens >= kFp8PrefillMinTokens;
 }
+/// The FP8 mode's x staging in routed-row order (stage_fp8.cu): scattered (the warps of a
+/// token read its row once and write it at each of its top_k routed rows) from 1024 tokens
+/// on, else gathered (a warp per routed row reads its token's row). The gathered form
+/// waits for a row-map load and then the row's loads, in series, per routed row: 34.6 us
+/// at M=1024 on an H100 for 58.7 MB written, 43 MB of it reaching DRAM (~1.2 TB/s; ncu,
+/// session 51). Scattered, ncu on an H100 (session 52, us per launch, gathered ->
+/// scattered): M=512 20.0 -> 21.3, 768 27.2 -> 32.0, 1024 34.8 -> 30.8, 2048 64.6 -> 52.6,
+/// 4096 134.7 -> 110.0; below 1024 it loses (few tokens, and split warps that each write
+/// one or two passes at up to top_k rows), and its stores then run at ~2 TB/s.
+/// `knob`: MXMOE_F8_SCATTER (-1 unset, 0 never, 1 always: a test knob).
+inline bool use_scattered_x_staging(int64_t tokens, int knob) {
+  return knob >= 0 ? knob == 1 : tokens >= 1024;
+}
+/// Warps per token of the scattered staging (StageFp8Params::split): enough for ~4096
+/// warps in all (~31 on each of 132 SMs), at most one per pass of 4 groups. Session 48's
+/// scattered staging with a warp per token measured -0.2% of the layer at M=1024 (1024
+/// warps) and -1.6% at 4096 on the H200; with ~2048 warps -1.2% at M=1024 on an H100.
+inline int stage_fp8_split(int64_t tokens, int64_t groups) {
+  const int64_t want = (4096 + tokens - 1) / std::max<int64_t>(tokens, 1);
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>((groups + 3) / 4, 1)));
+}
 /// Bits of the prefill path's per-forward word: an activation row (x, stage_bf16.cu) or
 /// an intermediate block (GEMM1's prefill epilogue) held a value that the staged BF16 rows
 /// cannot hold exactly, so that GEMM runs on the generic path instead (both kernels are

@@ -421,6 +421,7 @@ struct CudaMoeLayer::Impl {
   ReadyMode ready_mode = ReadyMode::kDecode;  // MXMOE_READY (heuristics.h use_expert_ready)
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   bool f8_fused = true;     // FP8 mode: GEMM1's drain stages GEMM2's input (MXMOE_F8_FUSED=0: stage_fp8 does)
+  int f8_scatter = -1;      // FP8 mode: MXMOE_F8_SCATTER (heuristics.h use_scattered_x_staging)
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
   int activation = 0;  // Gemm1Params.activation: the kind, SiTU's form resolved where it can be
@@ -515,6 +516,8 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
   s.f8_fused = !knob_off("MXMOE_F8_FUSED");
+  if (const char* v = std::getenv("MXMOE_F8_SCATTER"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
+    s.f8_scatter = v[0] - '0';
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
   if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
     s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
@@ -754,12 +757,17 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   StageBf16Params sx;
   StageFp8Params fx;
   if (fp8) {
-    // Gathered into routed-row order (GEMM1 takes the tile's token rows by TMA).
-    fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = M * k,
-                        .live_rows = pp.offsets + pp.num_local, .row_map = pp.row_map, .top_k = k,
+    // In routed-row order (GEMM1 takes the tile's token rows by TMA): scattered by token or
+    // gathered by routed row.
+    const bool scatter = use_scattered_x_staging(M, s.f8_scatter);
+    fx = StageFp8Params{.src = static_cast<const uint8_t*>(x), .scale = xs, .rows = scatter ? M : M * k,
+                        .live_rows = scatter ? nullptr : pp.offsets + pp.num_local,
+                        .row_map = scatter ? nullptr : pp.row_map, .top_k = k,
                         .cols = K, .stride = s.f13.cols_p, .dst = reinterpret_cast<uint8_t*>(ws + L.xf),
                         .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale),
-                        .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f13)};
+                        .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f13),
+                        .pair_row = scatter ? pp.pair_row : nullptr,
+                        .split = scatter ? stage_fp8_split(M, s.f13.groups) : 1};
     launch_stage_fp8(fx, st);
   }
   if (prefill) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../src/cuda/engine.h"
@@ -78,6 +79,24 @@ struct Dev {
 };
 
 uint32_t fbits(float f) { return fmt::float_bits(f); }
+
+// A staging's outputs, poisoned (codes 0xAA, scales NaN bits 0xFFFFFFFF) so that a test
+// sees what a kernel wrote and what it left.
+struct PoisonedStaging {
+  Dev<uint8_t> codes;
+  Dev<float> scales;
+  PoisonedStaging(size_t code_bytes, size_t scale_count) : codes(code_bytes), scales(scale_count) {
+    cudaMemset(codes.p, 0xAA, codes.n);
+    cudaMemset(scales.p, 0xFF, scales.n * sizeof(float));
+  }
+  /// Runs the staging `p` into these outputs (its dst and dst_scale replaced) and waits.
+  void run(cd::StageFp8Params p) {
+    p.dst = codes.p;
+    p.dst_scale = scales.p;
+    cd::launch_stage_fp8(p, nullptr);
+    CK(cudaDeviceSynchronize());
+  }
+};
 
 // ---------------------------------------------------------------- shared math
 
@@ -2240,6 +2259,23 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
     EXPECT_EQ(bad, 0);
     EXPECT_GT(rounded, 100) << "the cases must reach the rounding path";
 
+    // Bytes and scales of a routed-row staging `out` (n rows, scale_rows apart) that are not
+    // what they must be: row r is source row src_of(r)'s staging above, bit for bit, or,
+    // where src_of(r) is -1, the poison (not written).
+    const auto routed_mismatches = [&](const PoisonedStaging& out, int64_t n, int64_t scale_rows, auto src_of) {
+      const auto c = out.codes.down();
+      const auto sc = out.scales.down();
+      int64_t bad_bytes = 0;
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t src = src_of(r);
+        for (int64_t k = 0; k < stride; ++k)
+          bad_bytes += c[r * stride + k] != (src >= 0 ? got[src * stride + k] : uint8_t{0xAA});
+        for (int64_t g = 0; g < groups; ++g)
+          bad_bytes += fbits(sc[g * scale_rows + r]) != (src >= 0 ? fbits(got_s[g * srows + src]) : 0xFFFFFFFFu);
+      }
+      return bad_bytes;
+    };
+
     // Gathered (GEMM1's x in routed-row order): row r is source row row_map[r] / top_k's
     // staging above, bit for bit; rows from *live_rows on are not written.
     const int64_t top_k = 3, routed = rows * top_k, live = routed - 5;
@@ -2247,31 +2283,46 @@ TEST(Fp8Mode, StageBitExactAgainstFp8ModeHeader) {
     for (auto& v : row_map) v = static_cast<int32_t>(rng.below(static_cast<uint64_t>(routed)));
     Dev<int32_t> dmap(row_map), dlive(std::vector<int32_t>{static_cast<int32_t>(live)});
     const int64_t gsrows = cd::fp8_scale_rows(routed);
-    Dev<uint8_t> gdst(routed * stride);
-    Dev<float> gscale(groups * gsrows);
-    cudaMemset(gdst.p, 0xAA, gdst.n);
-    cudaMemset(gscale.p, 0xFF, gscale.n * 4);
+    PoisonedStaging gout(routed * stride, groups * gsrows);
     cd::StageFp8Params gp = p;
     gp.rows = routed;
     gp.live_rows = dlive.p;
     gp.row_map = dmap.p;
     gp.top_k = top_k;
-    gp.dst = gdst.p;
-    gp.dst_scale = gscale.p;
     gp.scale_rows = gsrows;
-    cd::launch_stage_fp8(gp, nullptr);
-    CK(cudaDeviceSynchronize());
-    const auto gathered = gdst.down();
-    const auto gathered_s = gscale.down();
-    int64_t gbad = 0;
-    for (int64_t r = 0; r < routed; ++r) {
-      const int64_t src = row_map[r] / top_k;
-      for (int64_t c = 0; c < stride; ++c)
-        gbad += gathered[r * stride + c] != (r < live ? got[src * stride + c] : uint8_t{0xAA});
-      for (int64_t g = 0; g < groups; ++g)
-        gbad += fbits(gathered_s[g * gsrows + r]) != (r < live ? fbits(got_s[g * srows + src]) : 0xFFFFFFFFu);
-    }
+    ASSERT_NO_FATAL_FAILURE(gout.run(gp));
+    const int64_t gbad =
+        routed_mismatches(gout, routed, gsrows, [&](int64_t r) { return r < live ? row_map[r] / top_k : int64_t{-1}; });
     EXPECT_EQ(gbad, 0) << "gathered staging";
+
+    // Scattered (rows by token, StageFp8Params::pair_row): routed row pair_row[pair] is
+    // token pair / top_k's staging above, bit for bit, codes and scales; pairs on no local
+    // expert (-1) are skipped, and the routed rows no pair names are not written. top_k 3,
+    // and 40 (slots past the 32 a warp holds in its lanes); a warp per token, and 2, 3 and
+    // 5 per token (StageFp8Params::split: at 2208 columns, 18 groups, parts of 12 + 6,
+    // 8 + 8 + 2 and 4 x 4 + 2; at 256 columns parts past the row).
+    for (const auto [tk, split] : {std::pair<int64_t, int>{top_k, 1}, {top_k, 3}, {40, 1}, {40, 2}, {40, 5}}) {
+      SCOPED_TRACE("scattered, top_k " + std::to_string(tk) + ", split " + std::to_string(split));
+      const int64_t pairs = rows * tk, ssrows = cd::fp8_scale_rows(pairs);
+      std::vector<int32_t> pair_row(pairs);
+      for (int64_t i = 0; i < pairs; ++i) pair_row[i] = static_cast<int32_t>(i);
+      for (int64_t i = pairs - 1; i > 0; --i) std::swap(pair_row[i], pair_row[rng.below(static_cast<uint64_t>(i + 1))]);
+      for (int64_t i = 0; i < pairs; i += 7) pair_row[i] = -1;
+      std::vector<int64_t> pair_of(pairs, -1);
+      for (int64_t i = 0; i < pairs; ++i)
+        if (pair_row[i] >= 0) pair_of[pair_row[i]] = i;
+      Dev<int32_t> dpair(pair_row);
+      PoisonedStaging sout(pairs * stride, groups * ssrows);
+      cd::StageFp8Params sp = p;
+      sp.top_k = tk;
+      sp.pair_row = dpair.p;
+      sp.scale_rows = ssrows;
+      sp.split = split;
+      ASSERT_NO_FATAL_FAILURE(sout.run(sp));
+      const int64_t sbad = routed_mismatches(
+          sout, pairs, ssrows, [&](int64_t r) { return pair_of[r] >= 0 ? pair_of[r] / tk : int64_t{-1}; });
+      EXPECT_EQ(sbad, 0);
+    }
   }
 }
 
@@ -2715,14 +2766,16 @@ TEST(Fp8Mode, RowFormBitIdenticalToGroupForm) {
 }
 
 // GEMM2's staged intermediate made by GEMM1's drain (the default) against stage_fp8's
-// (MXMOE_F8_FUSED=0, GEMM1 writing the MXFP8 intermediate), bit for bit in the output.
+// (MXMOE_F8_FUSED=0, GEMM1 writing the MXFP8 intermediate), and x's routed rows staged
+// scattered by token (MXMOE_F8_SCATTER=1; the default at these M gathers them), bit for bit
+// in the output.
 // Shapes: Kimi-like N = 2048 (16 groups: every pair of row blocks whole), N = 160 (three
 // row blocks: the last group one tile alone, with one real block of four) and N = 96 (the
 // group's second tile one real block); M with a second and a partial token tile. The
 // inputs reach the regrouping's rare paths: the up rows of every group's second block 20
 // binades smaller (its codes lowered by ~20 binades: activation_code itself, past the
 // f16 path's 15), and x NaN or Inf in a few tokens (NaN codes; NaN and Inf intermediates).
-TEST(Fp8Mode, FusedIntermediateBitIdenticalToStagedOne) {
+TEST(Fp8Mode, FusedIntermediateAndScatteredRowsBitIdenticalToStagedOnes) {
   REQUIRE_FP8_MODE();
   struct Case {
     Activation act;
@@ -2752,28 +2805,36 @@ TEST(Fp8Mode, FusedIntermediateBitIdenticalToStagedOne) {
     x.bf16[3 * cfg.hidden + 5] = 0x7FC0;   // NaN
     x.bf16[7 * cfg.hidden + 40] = 0x7F80;  // +Inf
     const Routing r = random_routing(cs.M, cfg.top_k, iota_ids(28), seed++, true);
-    Output out[2];
-    for (int fused : {0, 1}) {
-      if (!fused) setenv("MXMOE_F8_FUSED", "0", 1);
+    // out[0]: the defaults; out[v]: knobs[v] set to values[v] (the staging kernel's
+    // intermediate, and x scattered where the default at these M gathers it).
+    ASSERT_FALSE(cd::use_scattered_x_staging(cs.M, -1));
+    const char* const knobs[3] = {nullptr, "MXMOE_F8_FUSED", "MXMOE_F8_SCATTER"};
+    const char* const values[3] = {nullptr, "0", "1"};
+    Output out[3];
+    for (int v = 0; v < 3; ++v) {
+      if (knobs[v] != nullptr) setenv(knobs[v], values[v], 1);
       CudaMoeLayer layer(cfg, syn.weights);
-      unsetenv("MXMOE_F8_FUSED");
+      if (knobs[v] != nullptr) unsetenv(knobs[v]);
       CudaHostSession s(layer, cs.M);
       s.set_inputs(x, &r, nullptr);
-      out[fused] = s.run_eager();
-      if (fused) {
+      out[v] = s.run_eager();
+      if (v != 1) {
         const auto g = s.run_graph(1);
-        EXPECT_TRUE(g[0].bf16 == out[1].bf16) << "graph replay differs from eager";
+        EXPECT_TRUE(g[0].bf16 == out[v].bf16) << "graph replay differs from eager (variant " << v << ")";
       }
     }
-    ASSERT_EQ(out[0].bf16.size(), out[1].bf16.size());
-    int64_t differ = 0, first = -1, nan = 0;
-    for (size_t i = 0; i < out[0].bf16.size(); ++i) {
-      if (out[0].bf16[i] != out[1].bf16[i] && differ++ == 0) first = static_cast<int64_t>(i);
-      nan += (out[1].bf16[i] & 0x7FFF) > 0x7F80;
+    for (int v = 1; v < 3; ++v) {
+      ASSERT_EQ(out[0].bf16.size(), out[v].bf16.size());
+      int64_t differ = 0, first = -1;
+      for (size_t i = 0; i < out[0].bf16.size(); ++i)
+        if (out[0].bf16[i] != out[v].bf16[i] && differ++ == 0) first = static_cast<int64_t>(i);
+      EXPECT_EQ(differ, 0) << knobs[v] << "=" << values[v] << ": first at output " << first << " of "
+                           << out[0].bf16.size();
     }
-    EXPECT_EQ(differ, 0) << "first at output " << first << " of " << out[0].bf16.size();
+    int64_t nan = 0;
+    for (const uint16_t b : out[0].bf16) nan += (b & 0x7FFF) > 0x7F80;
     EXPECT_GT(nan, 0) << "the NaN token must reach the output";
-    EXPECT_LT(nan, static_cast<int64_t>(out[1].bf16.size()) / 4) << "NaN must stay in its tokens";
+    EXPECT_LT(nan, static_cast<int64_t>(out[0].bf16.size()) / 4) << "NaN must stay in its tokens";
   }
 }
 
