@@ -441,8 +441,10 @@ inline bool use_scattered_x_staging(int64_t tokens, int knob) {
 /// warps in all (~31 on each of 132 SMs), at most one per pass of 4 groups. Session 48's
 /// scattered staging with a warp per token measured -0.2% of the layer at M=1024 (1024
 /// warps) and -1.6% at 4096 on the H200; with ~2048 warps -1.2% at M=1024 on an H100.
-inline int stage_fp8_split(int64_t tokens, int64_t groups) {
-  const int64_t want = (4096 + tokens - 1) / std::max<int64_t>(tokens, 1);
+/// `knob`: MXMOE_F8_SPLIT (-1 unset; n >= 1 asks for n warps per token, still at most one
+/// per pass: a measurement knob, PERFORMANCE.md session 52 lead 2).
+inline int stage_fp8_split(int64_t tokens, int64_t groups, int knob = -1) {
+  const int64_t want = knob >= 1 ? knob : (4096 + tokens - 1) / std::max<int64_t>(tokens, 1);
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>((groups + 3) / 4, 1)));
 }
 /// Bits of the prefill path's per-forward word: an activation row (x, stage_bf16.cu) or

@@ -422,6 +422,7 @@ struct CudaMoeLayer::Impl {
   Fp8Dims f13, f2;          // FP8 mode (config.precision fp8): w13c/w13g, w2c/w2g
   bool f8_fused = true;     // FP8 mode: GEMM1's drain stages GEMM2's input (MXMOE_F8_FUSED=0: stage_fp8 does)
   int f8_scatter = -1;      // FP8 mode: MXMOE_F8_SCATTER (heuristics.h use_scattered_x_staging)
+  int f8_split = -1;        // FP8 mode: MXMOE_F8_SPLIT, 1..64 (heuristics.h stage_fp8_split)
   DevPtr w13c, w13g, w2c, w2g;
   DevPtr w13p, w13s, w2p, w2s, w13f, w2f, b13, b2, alpha, beta, limit, expert_map, router_bias;
   int activation = 0;  // Gemm1Params.activation: the kind, SiTU's form resolved where it can be
@@ -518,6 +519,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   s.f8_fused = !knob_off("MXMOE_F8_FUSED");
   if (const char* v = std::getenv("MXMOE_F8_SCATTER"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
     s.f8_scatter = v[0] - '0';
+  if (const char* v = std::getenv("MXMOE_F8_SPLIT"); v != nullptr) {
+    const int n = std::atoi(v);
+    if (n >= 1 && n <= 64) s.f8_split = n;
+  }
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
   if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
     s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
@@ -767,7 +772,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
                         .dst_scale = reinterpret_cast<float*>(ws + L.xf_scale),
                         .scale_rows = fp8_scale_rows(M * k), .scale_shift = fp8_scale_shift(s.f13),
                         .pair_row = scatter ? pp.pair_row : nullptr,
-                        .split = scatter ? stage_fp8_split(M, s.f13.groups) : 1};
+                        .split = scatter ? stage_fp8_split(M, s.f13.groups, s.f8_split) : 1};
     launch_stage_fp8(fx, st);
   }
   if (prefill) {

@@ -187,6 +187,11 @@ TEST(StageFp8, ScatteredFromOneThousandTwentyFourTokensSplitToAboutFourThousandW
   EXPECT_EQ(cd::stage_fp8_split(1024, 28), 4);
   EXPECT_EQ(cd::stage_fp8_split(2048, 28), 2);
   EXPECT_EQ(cd::stage_fp8_split(4096, 28), 1);
+  // MXMOE_F8_SPLIT: n warps per token, still at most one per pass.
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28, 7), 7);
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28, 2), 2);
+  EXPECT_EQ(cd::stage_fp8_split(4096, 28, 64), 7);
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28, -1), 4);
   for (const int64_t tokens : {1, 3, 100, 700, 5000, 100000})
     for (const int64_t groups : {1, 2, 5, 28, 57}) {
       const int s = cd::stage_fp8_split(tokens, groups);
