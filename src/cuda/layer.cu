@@ -519,9 +519,10 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   s.f8_fused = !knob_off("MXMOE_F8_FUSED");
   if (const char* v = std::getenv("MXMOE_F8_SCATTER"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
     s.f8_scatter = v[0] - '0';
-  if (const char* v = std::getenv("MXMOE_F8_SPLIT"); v != nullptr) {
-    const int n = std::atoi(v);
-    if (n >= 1 && n <= 64) s.f8_split = n;
+  if (const char* v = std::getenv("MXMOE_F8_SPLIT"); v != nullptr) {  // a whole number 1..64, else unset
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == 0 && n >= 1 && n <= 64) s.f8_split = static_cast<int>(n);
   }
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
   if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
