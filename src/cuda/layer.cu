@@ -39,11 +39,15 @@ int cuda_device_count() {
 
 namespace {
 
-/// A test knob (environment variable) set to "0"; read when a layer is built.
-bool knob_off(const char* name) {
+/// A test knob (environment variable) set to one digit 0..max ("0", "1", ...): that
+/// digit; unset or anything else: -1. Read when a layer is built.
+int knob_digit(const char* name, int max) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
+  return v != nullptr && v[0] >= '0' && v[0] <= '0' + max && v[1] == 0 ? v[0] - '0' : -1;
 }
+
+/// A test knob set to "0".
+bool knob_off(const char* name) { return knob_digit(name, 0) == 0; }
 
 // Why device `dev` cannot run the engine ("" when it can). Assumes dev is current.
 std::string unsupported_reason(const cudaDeviceProp& prop) {
@@ -517,16 +521,14 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   // MXMOE_PDL=0: a test knob for plain launches (heuristics.h use_programmatic_launch).
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
   s.f8_fused = !knob_off("MXMOE_F8_FUSED");
-  if (const char* v = std::getenv("MXMOE_F8_SCATTER"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
-    s.f8_scatter = v[0] - '0';
+  s.f8_scatter = knob_digit("MXMOE_F8_SCATTER", 1);
   if (const char* v = std::getenv("MXMOE_F8_SPLIT"); v != nullptr) {  // a whole number 1..64, else unset
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     if (end != v && *end == 0 && n >= 1 && n <= 64) s.f8_split = static_cast<int>(n);
   }
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
-  if (const char* v = std::getenv("MXMOE_READY"); v != nullptr && (v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == 0)
-    s.ready_mode = static_cast<ReadyMode>(v[0] - '0');
+  if (const int ready = knob_digit("MXMOE_READY", 2); ready >= 0) s.ready_mode = static_cast<ReadyMode>(ready);
   if (cfg.precision == Precision::FP8) {
     if (!lists(caps.precisions, "fp8"))
       throw Unsupported(detail::cat("config.precision fp8: needs Hopper (sm_90) and this build's "
@@ -551,8 +553,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
     // MXMOE_F8_ROW=0 / 1: a test knob that forces the group form / demands the row form
     // (fp8_mode.h); unset, each matrix takes the row form where it fits.
     Fp8FormChoice form = Fp8FormChoice::kAuto;
-    if (const char* v = std::getenv("MXMOE_F8_ROW"); v != nullptr && (v[0] == '0' || v[0] == '1') && v[1] == 0)
-      form = v[0] == '0' ? Fp8FormChoice::kGroup : Fp8FormChoice::kRow;
+    if (const int row = knob_digit("MXMOE_F8_ROW", 1); row >= 0) form = row == 0 ? Fp8FormChoice::kGroup : Fp8FormChoice::kRow;
     std::vector<uint8_t> codes;
     std::vector<float> scales;
     s.f13 = fp8_weights(weights.w13_packed.data(), weights.w13_scale.data(), s.num_local, 2 * N, K,
