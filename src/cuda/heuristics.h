@@ -437,15 +437,26 @@ inline bool use_fp8_prefill(int64_t tokens, bool fp8_mode) {
 inline bool use_scattered_x_staging(int64_t tokens, int knob) {
   return knob >= 0 ? knob == 1 : tokens >= 1024;
 }
-/// Warps per token of the scattered staging (StageFp8Params::split): enough for ~4096
-/// warps in all (~31 on each of 132 SMs), at most one per pass of 4 groups. Session 48's
-/// scattered staging with a warp per token measured -0.2% of the layer at M=1024 (1024
-/// warps) and -1.6% at 4096 on the H200; with ~2048 warps -1.2% at M=1024 on an H100.
+/// Passes of 4 groups (512 bytes a warp) that a staging warp loads before it stores any
+/// (stage_fp8.cu): one batch of loads, one memory latency, per kStageFp8Passes passes.
+inline constexpr int kStageFp8Passes = 4;
+/// Warps per token of the scattered staging (StageFp8Params::split): as few as take a
+/// token's passes in one batch of loads each (Kimi's 3584 columns: 7 passes, 2 warps of 4
+/// and 3), and more below 1024 tokens, for at least ~2048 warps in all; at most one per
+/// pass. Measured on an H100 (session 53, ncu, us per launch, two launches each; split 2
+/// twice): M=1024 split 1 30.3 / 28.9, 2 27.7 / 26.9 and 28.0 / 26.8, 3 29.7 / 28.8, 4
+/// 31.9 / 29.9 and 32.8 / 30.9, 7 38.4 / 35.2; M=2048 split 1 56.1 / 54.8, 2 52.3 / 51.0
+/// and 54.0 / 51.5, 3 61.0 / 63.9; M=4096 split 1 110.4 / 109.2, 2 107.2 / 106.5, 3
+/// 110.1 / 107.3. Until then ~4096 warps were asked for (split 4 at 1024, 1 at 4096).
+/// More warps than one batch needs wrote no faster: not explained (each also loads its
+/// token's routed rows; the stores per warp are fewer).
 /// `knob`: MXMOE_F8_SPLIT (-1 unset; n >= 1 asks for n warps per token, still at most one
-/// per pass: a measurement knob, PERFORMANCE.md session 52 lead 2).
+/// per pass: a measurement knob).
 inline int stage_fp8_split(int64_t tokens, int64_t groups, int knob = -1) {
-  const int64_t want = knob >= 1 ? knob : (4096 + tokens - 1) / std::max<int64_t>(tokens, 1);
-  return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>((groups + 3) / 4, 1)));
+  const int64_t passes = std::max<int64_t>((groups + 3) / 4, 1);
+  const int64_t one_batch = (passes + kStageFp8Passes - 1) / kStageFp8Passes;
+  const int64_t want = knob >= 1 ? knob : std::max(one_batch, (2048 + tokens - 1) / std::max<int64_t>(tokens, 1));
+  return static_cast<int>(std::clamp<int64_t>(want, 1, passes));
 }
 /// Bits of the prefill path's per-forward word: an activation row (x, stage_bf16.cu) or
 /// an intermediate block (GEMM1's prefill epilogue) held a value that the staged BF16 rows

@@ -19,6 +19,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "fp8_regroup.cuh"
+#include "heuristics.h"
 #include "mxmoe/formats.h"
 #include "mxmoe/fp8_mode.h"
 
@@ -37,7 +38,7 @@ constexpr int kGroupBlocks = fp8mode::kBlocksPerGroup;
 // kPasses passes load before any is stored: a warp's stores may alias its later loads as
 // far as the compiler knows, so pass by pass each warp had 512 bytes in flight (the
 // intermediate at M=4096, 200 MB moved, took 107 us under ncu: ~1.9 TB/s, session 40).
-constexpr int kPasses = 4;
+constexpr int kPasses = kStageFp8Passes;
 
 /// kScatter (StageFp8Params::pair_row): row `row` is a token, written at each of its routed
 /// rows; lane j < 32 holds the token's slot j (its routed row or -1), shuffled to the warp

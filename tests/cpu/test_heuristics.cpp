@@ -176,28 +176,35 @@ TEST(Permute, SegmentsCoverThePairsInWholeRunsNoneEmpty) {
   }
 }
 
-TEST(StageFp8, ScatteredFromOneThousandTwentyFourTokensSplitToAboutFourThousandWarps) {
+TEST(StageFp8, ScatteredFromOneThousandTwentyFourTokensSplitForOneLoadBatchAndTwoThousandWarps) {
   EXPECT_FALSE(cd::use_scattered_x_staging(512, -1));
   EXPECT_FALSE(cd::use_scattered_x_staging(1023, -1));
   EXPECT_TRUE(cd::use_scattered_x_staging(1024, -1));
   EXPECT_TRUE(cd::use_scattered_x_staging(128, 1));  // MXMOE_F8_SCATTER=1
   EXPECT_FALSE(cd::use_scattered_x_staging(4096, 0));
   // Kimi's x: 3584 columns, 28 groups, so at most 7 warps per token (a pass of 4 groups each).
-  EXPECT_EQ(cd::stage_fp8_split(512, 28), 7);
-  EXPECT_EQ(cd::stage_fp8_split(1024, 28), 4);
+  // 7 passes take 2 warps' single batches of loads (kStageFp8Passes = 4).
+  EXPECT_EQ(cd::stage_fp8_split(128, 28), 7);
+  EXPECT_EQ(cd::stage_fp8_split(512, 28), 4);
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28), 2);
   EXPECT_EQ(cd::stage_fp8_split(2048, 28), 2);
-  EXPECT_EQ(cd::stage_fp8_split(4096, 28), 1);
+  EXPECT_EQ(cd::stage_fp8_split(4096, 28), 2);
+  EXPECT_EQ(cd::stage_fp8_split(100000, 28), 2);
+  EXPECT_EQ(cd::stage_fp8_split(4096, 57), 4);  // 15 passes
+  EXPECT_EQ(cd::stage_fp8_split(4096, 16), 1);  // 4 passes: one batch
   // MXMOE_F8_SPLIT: n warps per token, still at most one per pass.
   EXPECT_EQ(cd::stage_fp8_split(1024, 28, 7), 7);
   EXPECT_EQ(cd::stage_fp8_split(1024, 28, 2), 2);
   EXPECT_EQ(cd::stage_fp8_split(4096, 28, 64), 7);
-  EXPECT_EQ(cd::stage_fp8_split(1024, 28, -1), 4);
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28, 1), 1);
+  EXPECT_EQ(cd::stage_fp8_split(1024, 28, -1), 2);
   for (const int64_t tokens : {1, 3, 100, 700, 5000, 100000})
     for (const int64_t groups : {1, 2, 5, 28, 57}) {
       const int s = cd::stage_fp8_split(tokens, groups);
       EXPECT_GE(s, 1);
       EXPECT_LE(s, (groups + 3) / 4) << tokens << " " << groups;
-      EXPECT_TRUE(s == (groups + 3) / 4 || tokens * s >= 4096) << tokens << " " << groups;  // warps enough
+      EXPECT_TRUE(s == (groups + 3) / 4 || tokens * s >= 2048) << tokens << " " << groups;  // warps enough
+      EXPECT_LE((groups + 3) / 4, s * cd::kStageFp8Passes) << tokens << " " << groups;  // one batch each
     }
 }
 
