@@ -15,5 +15,6 @@ cp $wt/build-gpu/mxmoe $wt/build-gpu/tests/test_engine $wt/build-gpu/tests/test_
 strip $stage/m/*
 tar cJf $out/bins.tar.xz -C $stage m
 cp $R/docs/pending/s53-round.sh $out/round.sh
+cp $R/docs/pending/s53-round-min.sh $out/round_min.sh
 echo "built from $(git rev-parse --short HEAD)" > $out/BUILT
 ls -la $out
