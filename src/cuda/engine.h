@@ -194,7 +194,7 @@ struct PermuteParams {
   uint32_t* clear = nullptr;  // words set to zero for the later kernels (or null)
   int clear_words = 0;
   int32_t* seg = nullptr;  // the segments' scratch, heuristics.h permute_seg_words (not
-                           // used by the one-block form)
+                           // used by the one-block forms)
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
 /// launch_quantize_x + launch_permute, in one launch when the problem is small.

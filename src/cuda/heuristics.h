@@ -567,6 +567,33 @@ inline bool small_permute(int64_t pairs, int num_local) {
   return pairs <= kSmallPermutePairs && num_local <= kSmallPermuteExperts;
 }
 
+/// One-block permutation for problems a little past the small form's (permute.cu
+/// permute_block_kernel): one block of kBlockPermuteThreads threads walks the pairs in
+/// steps of that many, with a 16-bit count per (step, warp, local expert), the expert map
+/// and the routed rows' pair indices in shared memory. Why only up to kBlockPermutePairs:
+/// the two-kernel form below takes ~11-12 us from 2048 pairs to 16384 (H100, session 54:
+/// two launches, their dependent L2 loads, 112 SMs), about flat, while one block is
+/// issue-bound on its one SM: 7.5 us at 2048 pairs, then ~1.15 us per 1024 more (13.7 at
+/// 8192, 23.4 at 16384; ~107k warp instructions at IPC 2.55 there). The crossover is near
+/// 5 steps; 4096 pairs (Kimi-K3 top-16 up to 256 tokens) keeps ~1 us of margin.
+inline constexpr int kBlockPermuteThreads = 1024;
+inline constexpr int64_t kBlockPermutePairs = 4096;
+inline constexpr int64_t kBlockPermuteMaxExperts = 4096;  // the map, a byte per global id
+/// Dynamic shared memory of the one-block form: the counts ([steps][32 warps][E_local],
+/// 16-bit), each routed row's pair (32-bit, up to one row per pair) and the map. Within
+/// the bounds of block_permute it is at most 36 KB, under the 48 KB default.
+inline int64_t block_permute_smem_bytes(int64_t pairs, int num_local, int64_t num_experts) {
+  const int64_t steps = (pairs + kBlockPermuteThreads - 1) / kBlockPermuteThreads;
+  return steps * (kBlockPermuteThreads / 32) * num_local * 2 + pairs * 4 + (num_experts + 15) / 16 * 16;
+}
+inline bool block_permute(int64_t pairs, int num_local, int64_t num_experts) {
+  return !small_permute(pairs, num_local) && pairs <= kBlockPermutePairs &&
+         num_local <= kSmallPermuteExperts && num_experts <= kBlockPermuteMaxExperts;
+}
+static_assert((kBlockPermutePairs / kBlockPermuteThreads) * (kBlockPermuteThreads / 32) * kSmallPermuteExperts * 2 +
+                      kBlockPermutePairs * 4 + kBlockPermuteMaxExperts + 1024 <= kDefaultSmemBytes,
+              "the one-block permutation's shared memory fits the default 48 KB");
+
 /// The two-kernel permutation splits the pairs into segments, one block per (local
 /// expert, segment): a block walks its segment in steps of 8192 pairs (permute.cu), each
 /// step two dependent L2 loads per thread, so one block per expert over all of M = 4096's

@@ -18,9 +18,11 @@
 // once, and a block of kThreads takes kThreads * kRun pairs per barrier step.
 // Why segments: with one block per expert, each walked all pairs, 8 steps at M=4096
 // (23 + 30 us, session 40); segments of 4096 pairs take one step each.
-// Small problems use one block instead (permute_small_block below, heuristics.h).
+// Small and mid-size problems use one block instead (permute_small_block and
+// permute_block_kernel below, heuristics.h), large ones and those of more than 64 local
+// experts the two kernels.
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
-// Either form also clears the words a later kernel of the forward counts on (p.clear).
+// Every form also clears the words a later kernel of the forward counts on (p.clear).
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
@@ -179,6 +181,158 @@ __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const Permute
   }
 }
 
+// Problems a little past the small form's (heuristics.h block_permute: up to 4096 pairs,
+// 64 local experts, 4096 global ones): one block of 1024 threads, pair 1024 i + tid in
+// step i, with the expert map in shared memory (a byte per global id):
+//   1. every pair's local expert, and per (step, warp) the count of each expert's pairs
+//      (the lowest lane of a group of equal experts writes its size) into s_cnt;
+//   2. warp w, for its experts e = w, w + 32: the exclusive scan of s_cnt[.][.][e] in
+//      (step, warp) order, which is pair order, written back in place; then the experts'
+//      totals give counts and offsets;
+//   3. every pair's row: its expert's offset + its (step, warp) prefix + its rank among the
+//      lanes of its warp with the same expert; pair_row stored, row_map's entry staged in
+//      shared memory (s_rows) and stored in order once all are there.
+// The same rows as the other forms, in one launch where the two kernels take two. Why
+// shared memory for the map and row_map: a warp's 32 scattered global accesses take the
+// SM's L1 a wavefront each, and this is one SM (a form that looked the map up and stored
+// row_map in global memory took 8.8 us at 2048 pairs and 34 at 16384 on an H100, this one
+// 7.5 and 23.4, the two kernels ~11 and ~12; PERFORMANCE.md session 54).
+constexpr int kBlockThreads = kBlockPermuteThreads;
+constexpr int kBlockWarps = kBlockThreads / 32;
+constexpr int kBlockMaxSteps = kBlockPermutePairs / kBlockThreads;  // 4 (launch_permute's bound)
+static_assert(kBlockWarps == 32, "phase 2 scans one step's 32 warps per warp-wide scan");
+static_assert(kSmallPermuteExperts <= 2 * 32, "phase 2's offsets: two experts per lane of a warp");
+static_assert(kSmallPermuteExperts <= 127, "a local expert + 1 is a 7-bit key (lanes_with_same)");
+
+/// Exclusive prefix over the lanes of the warp; *total gets the warp's sum.
+__device__ __forceinline__ int warp_exclusive_sum(int v, int* total) {
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, incl, o);
+    if ((threadIdx.x & 31) >= o) incl += u;
+  }
+  *total = __shfl_sync(0xffffffffu, incl, 31);
+  return incl - v;
+}
+
+/// The lanes of the warp whose key (below 2^bits, bits <= 7; the same bits in every lane)
+/// equals this lane's: match.any by ballots, which issue at the full rate where match.any
+/// may not.
+__device__ __forceinline__ uint32_t lanes_with_same(int key, int bits) {
+  uint32_t same = 0xffffffffu;
+#pragma unroll
+  for (int b = 0; b < 7; ++b) {
+    if (b == bits) break;
+    const bool bit = (key >> b) & 1;
+    const uint32_t ones = __ballot_sync(0xffffffffu, bit);
+    same &= bit ? ones : ~ones;
+  }
+  return same;
+}
+
+__global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const PermuteParams p) {
+  extern __shared__ __align__(16) uint8_t block_smem[];
+  __shared__ int s_off[kSmallPermuteExperts];  // the experts' totals, then their offsets
+  __shared__ int s_rows_total;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, el = p.num_local;
+  const int64_t total = p.tokens * p.top_k;
+  const int E = static_cast<int>(p.num_experts);
+  const int steps = static_cast<int>((total + kBlockThreads - 1) / kBlockThreads);
+  const int key_bits = 32 - __clz(el);  // keys loc + 1 in [0, el]: 5 bits for Kimi's 28
+  uint16_t* const s_cnt = reinterpret_cast<uint16_t*>(block_smem);  // [steps][32][el]
+  int32_t* const s_rows = reinterpret_cast<int32_t*>(s_cnt + steps * kBlockWarps * el);  // [total]
+  int8_t* const s_map = reinterpret_cast<int8_t*>(s_rows + total);                        // [E]
+  auto cnt = [&](int i, int w, int e) -> uint16_t& { return s_cnt[(i * kBlockWarps + w) * el + e]; };
+  // The local expert of global id `id` (-1: none), as local_of_id from the shared map.
+  auto local_of_shared = [&](int32_t id, bool* bad) {
+    if (id >= 0 && id < E) return static_cast<int>(s_map[id]);
+    if (id != -1) *bad = true;
+    return -1;
+  };
+  clear_words(p);
+  for (int i = tid; i < steps * kBlockWarps * el / 2; i += kBlockThreads)  // 32 el is even
+    reinterpret_cast<uint32_t*>(s_cnt)[i] = 0u;
+  for (int i = tid; i < E; i += kBlockThreads) s_map[i] = static_cast<int8_t>(p.expert_map[i]);
+  __syncthreads();
+
+  // f(i, pair, loc, same) for this thread's pair of each step i (< steps): its local
+  // expert and the lanes of its warp with the same one; returns whether any of its ids was
+  // bad. The ids of all steps are loaded first, together. (Steps are uniform over the
+  // block: the ballots need every lane. `if`, not `break`: with the break ptxas kept 4
+  // bytes on the stack.)
+  auto for_each_pair = [&](auto&& f) {
+    bool bad = false;
+    int32_t id[kBlockMaxSteps];
+    const int32_t* const ids = p.ids + tid;
+#pragma unroll
+    for (int i = 0; i < kBlockMaxSteps; ++i) id[i] = i * kBlockThreads + tid < total ? ids[i * kBlockThreads] : -1;
+#pragma unroll
+    for (int i = 0; i < kBlockMaxSteps; ++i) {
+      if (i < steps) {
+        const int loc = local_of_shared(id[i], &bad);
+        f(i, i * kBlockThreads + tid, loc, lanes_with_same(loc + 1, key_bits));
+      }
+    }
+    return bad;
+  };
+
+  // Phase 1.
+  const bool bad = for_each_pair([&](int i, int pair, int loc, uint32_t same) {
+    if (loc < 0 && pair < total) p.pair_row[pair] = -1;
+    if (loc >= 0 && lane == __ffs(same) - 1) cnt(i, warp, loc) = static_cast<uint16_t>(__popc(same));
+  });
+  const int any_bad = __syncthreads_or(bad);
+
+  // Phase 2. Lane l holds entry (i, warp l) of step i (a 2-way bank conflict at most). The
+  // steps' scans at once: only the running sum chains them.
+  for (int e = warp; e < el; e += kBlockWarps) {
+    int v[kBlockMaxSteps], before[kBlockMaxSteps], step_total[kBlockMaxSteps], run = 0;
+#pragma unroll
+    for (int i = 0; i < kBlockMaxSteps; ++i) v[i] = i < steps ? cnt(i, lane, e) : 0;
+#pragma unroll
+    for (int i = 0; i < kBlockMaxSteps; ++i) before[i] = warp_exclusive_sum(v[i], &step_total[i]);
+#pragma unroll
+    for (int i = 0; i < kBlockMaxSteps; ++i) {
+      if (i < steps) cnt(i, lane, e) = static_cast<uint16_t>(run + before[i]);  // < 4096
+      run += step_total[i];
+    }
+    if (lane == 0) s_off[e] = run;
+  }
+  __syncthreads();
+  if (warp == 0) {  // experts 2 lane and 2 lane + 1
+    const int a = 2 * lane < el ? s_off[2 * lane] : 0, b = 2 * lane + 1 < el ? s_off[2 * lane + 1] : 0;
+    int sum;
+    const int before = warp_exclusive_sum(a + b, &sum);
+    if (2 * lane < el) {
+      p.counts[2 * lane] = a;
+      p.offsets[2 * lane] = before;
+      s_off[2 * lane] = before;
+    }
+    if (2 * lane + 1 < el) {
+      p.counts[2 * lane + 1] = b;
+      p.offsets[2 * lane + 1] = before + a;
+      s_off[2 * lane + 1] = before + a;
+    }
+    if (lane == 0) {
+      p.offsets[el] = sum;
+      s_rows_total = sum;
+      *p.error = any_bad ? kErrorIdOutOfRange : 0u;
+    }
+  }
+  __syncthreads();
+
+  // Phase 3 (the ids again: L2 hits now, coalesced).
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  for_each_pair([&](int i, int pair, int loc, uint32_t same) {  // (bad ids: flagged above)
+    if (loc < 0) return;
+    const int row = s_off[loc] + cnt(i, warp, loc) + __popc(same & lanes_below);
+    s_rows[row] = pair;
+    p.pair_row[pair] = row;
+  });
+  __syncthreads();
+  for (int r = tid; r < s_rows_total; r += kBlockThreads) p.row_map[r] = s_rows[r];
+}
 
 // Small problems (heuristics.h: up to 512 pairs, 64 local experts): one block of 512
 // threads, one pair per thread. Same deterministic order: a pair's row is its expert's
@@ -270,6 +424,13 @@ void launch_prologue_small(const PermuteParams& p, const QuantizeArgs& q, cudaSt
 
 void launch_permute(const PermuteParams& p, cudaStream_t stream) {
   if (small_permute(p.tokens * p.top_k, p.num_local)) return launch_prologue_small(p, {}, stream);
+  if (block_permute(p.tokens * p.top_k, p.num_local, p.num_experts)) {
+    // Under the 48 KB default (heuristics.h's static_assert).
+    const int64_t smem = block_permute_smem_bytes(p.tokens * p.top_k, p.num_local, p.num_experts);
+    permute_block_kernel<<<1, kBlockThreads, static_cast<size_t>(smem), stream>>>(p);
+    MXMOE_LAUNCH_CHECK("permute_block_kernel");
+    return;
+  }
   MXMOE_CHECK_ARG(p.seg != nullptr, "PermuteParams.seg", "null: the segmented permutation needs ",
                   permute_seg_words(p.tokens * p.top_k, p.num_local), " words of scratch");
   const unsigned blocks = static_cast<unsigned>(p.num_local * permute_segments(p.tokens * p.top_k));

@@ -176,6 +176,28 @@ TEST(Permute, SegmentsCoverThePairsInWholeRunsNoneEmpty) {
   }
 }
 
+// The one-block permutation (permute.cu permute_block_kernel) takes what the small form
+// leaves up to 4096 pairs (Kimi top-16: 33 to 256 tokens), up to 64 local and 4096 global
+// experts, and its shared memory then fits the default 48 KB with the kernel's 272 static
+// bytes (the launcher opts in to nothing more).
+TEST(Permute, OneBlockFromPastTheSmallFormToFourThousandNinetySixPairs) {
+  EXPECT_FALSE(cd::block_permute(512, 28, 896));  // the small form's
+  EXPECT_TRUE(cd::block_permute(513, 28, 896));
+  EXPECT_TRUE(cd::block_permute(4096, 28, 896));
+  EXPECT_FALSE(cd::block_permute(4097, 28, 896));
+  EXPECT_TRUE(cd::block_permute(4096, 64, 4096));
+  EXPECT_FALSE(cd::block_permute(4096, 65, 896));
+  EXPECT_FALSE(cd::block_permute(1000, 28, 4097));
+  EXPECT_FALSE(cd::block_permute(520, 65, 896));  // (65 local: not the small form either)
+  for (int64_t pairs = 513; pairs <= cd::kBlockPermutePairs; pairs += 97)
+    for (int el : {1, 8, 28, 63, 64})
+      for (int64_t E : {int64_t{el}, int64_t{896}, int64_t{4096}})
+        if (cd::block_permute(pairs, el, E))
+          EXPECT_LE(cd::block_permute_smem_bytes(pairs, el, E) + 272, cd::kDefaultSmemBytes) << pairs << " " << el;
+  // Kimi at 128 tokens: 2 steps x 32 warps x 28 experts of 16-bit counts, 2048 rows, the map.
+  EXPECT_EQ(cd::block_permute_smem_bytes(2048, 28, 896), 2 * 32 * 28 * 2 + 2048 * 4 + 896);
+}
+
 TEST(StageFp8, ScatteredFromOneThousandTwentyFourTokensSplitForOneLoadBatchAndTwoThousandWarps) {
   EXPECT_FALSE(cd::use_scattered_x_staging(512, -1));
   EXPECT_FALSE(cd::use_scattered_x_staging(1023, -1));

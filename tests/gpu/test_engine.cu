@@ -399,11 +399,14 @@ PermuteExpect permute_cpu(const std::vector<int32_t>& ids, int64_t E, const std:
   return x;
 }
 
+constexpr int kPermuteClearWords = 1100;  // more than a 1024-thread block's one pass
+
 void check_permute(const std::vector<int32_t>& ids, int64_t M, int64_t k, int64_t E,
                    const std::vector<int32_t>& map, int el) {
   const PermuteExpect want = permute_cpu(ids, E, map, el);
   Dev<int32_t> dids(ids), dmap(map), counts(el), offsets(el + 1), row_map(M * k), pair_row(M * k);
-  Dev<uint32_t> err(1);
+  Dev<uint32_t> err(1), clear(kPermuteClearWords);
+  cudaMemset(clear.p, 0x7F, kPermuteClearWords * 4);  // every form zeroes them
   const int64_t seg_words = cd::permute_seg_words(M * k, el);
   Dev<int32_t> seg(seg_words);
   cudaMemset(row_map.p, 0xFF, M * k * 4);
@@ -424,8 +427,11 @@ void check_permute(const std::vector<int32_t>& ids, int64_t M, int64_t k, int64_
   p.pair_row = pair_row.p;
   p.error = err.p;
   p.seg = seg.p;
+  p.clear = clear.p;
+  p.clear_words = kPermuteClearWords;
   cd::launch_permute(p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(clear.down(), std::vector<uint32_t>(kPermuteClearWords, 0u));
   EXPECT_EQ(counts.down(), want.counts);
   EXPECT_EQ(offsets.down(), want.offsets);
   auto rm = row_map.down();
@@ -478,6 +484,50 @@ TEST(Permute, OrderCountsEpMapMinusOneAndBadIds) {
     ids[M2 * k2 / 3] = -2;
     check_permute(ids, M2, k2, E2, map3, 70);
   }
+}
+
+TEST(Permute, OneBlockFormAtKimiShapesAndItsBounds) {
+  REQUIRE_GPU();
+  // heuristics.h block_permute: from 513 pairs to 4096, up to 64 local experts and 4096
+  // global ones; past any bound the other forms. Kimi-K3 at EP32 (896 experts, 28 local,
+  // top-16: 33 to 256 tokens), routed by hand so that an expert's pairs span all steps and
+  // warps, and 64 local experts.
+  Rng rng(11);
+  const int64_t E = 896, k = 16;
+  // Routing: 0 uniform over all global ids and -1; 1 half the pairs on local expert 1
+  // (prefixes past 8 bits) and expert el - 1 never used; 2 every pair on local expert 1
+  // (at 256 x 16 a prefix of 4095).
+  auto check_at = [&](int el, int64_t M, int routing) {
+    std::vector<int32_t> map(E, -1);
+    for (int e = 0; e < el; ++e) map[(e * 29 + 3) % E] = e;  // scattered local ids
+    const int32_t one = (1 * 29 + 3) % E;                   // local expert 1
+    std::vector<int32_t> ids(M * k);
+    for (auto& v : ids) {
+      const bool to_one = routing == 2 || (routing == 1 && rng.below(2) == 0);
+      v = to_one ? one : static_cast<int32_t>(rng.below(E + 1)) - 1;
+      if (routing == 1 && v >= 0 && map[v] == el - 1) v = -1;
+    }
+    SCOPED_TRACE(testing::Message() << "E_local " << el << " M " << M << " routing " << routing << " form "
+                                    << (cd::block_permute(M * k, el, E) ? "one block" : "other"));
+    check_permute(ids, M, k, E, map, el);
+    if (routing == 2) return;
+    ids[(M * k) / 2] = static_cast<int32_t>(E);  // flagged, skipped
+    ids[M * k - 1] = -5;
+    check_permute(ids, M, k, E, map, el);
+  };
+  for (int64_t M : {32, 33, 64, 100, 128, 200, 256, 257})
+    for (int routing : {0, 1}) check_at(28, M, routing);
+  check_at(28, 256, 2);
+  check_at(28, 100, 2);
+  for (int64_t M : {33, 256}) check_at(64, M, 1);
+  check_at(65, 200, 0);
+  EXPECT_FALSE(cd::block_permute(32 * 16, 28, E));
+  EXPECT_TRUE(cd::block_permute(33 * 16, 28, E));
+  EXPECT_TRUE(cd::block_permute(256 * 16, 64, E));
+  EXPECT_TRUE(cd::block_permute(256 * 16, 28, 4096));
+  EXPECT_FALSE(cd::block_permute(257 * 16, 28, E));
+  EXPECT_FALSE(cd::block_permute(256 * 16, 28, 4097));
+  EXPECT_FALSE(cd::block_permute(200 * 16, 65, E));
 }
 
 // ---------------------------------------------------------------- exact-grid weights
