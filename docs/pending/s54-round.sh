@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 54's round (packed by s54-build.sh into .gpubin/s54a): m = main + the one-block
-# permutation (513..4096 pairs, up to 64 local experts; runs 2-3 had it to 32768), o = main.
+# Session 54's round (packed by s54-build.sh into .gpubin/s54a): m = the working tree's
+# build (in session 54, main + the one-block permutation before it landed: 513..4096 pairs,
+# up to 64 local experts; runs 2-3 had it to 32768), o = main 0a025c2.
 # Its GPU tests, its kernel against the two-kernel form under ncu (M = 64..256), the layer of both
 # alternating, the smoke validations, memcheck and racecheck on the permutation tests.
 # Notes go to stdout too, so a cut call still reports; 00summary.txt sorts first.
