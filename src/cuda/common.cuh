@@ -37,6 +37,20 @@ namespace mxmoe::cuda_detail {
 
 namespace mxmoe::cuda_detail {
 
+/// Launches `kernel` with `attrs` (cudaLaunchKernelEx; also inside a graph capture).
+template <typename... Params, typename... Args>
+void launch_kernel_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                        cudaLaunchAttribute* attrs, unsigned num_attrs, const Args&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = num_attrs;
+  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 /// Launches `kernel`, as a programmatic dependent of the stream's previous kernel when
 /// `programmatic` (cudaLaunchAttributeProgrammaticStreamSerialization; also inside a
 /// graph capture): its blocks may then start before that kernel ends, so the kernel must
@@ -47,14 +61,19 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
-  MXMOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  launch_kernel_with(kernel, grid, block, smem, stream, &attr, programmatic ? 1u : 0u, args...);
+}
+
+/// Launches `kernel` cooperatively (cudaLaunchAttributeCooperative; also inside a graph
+/// capture): every block of the grid is resident at once, so the blocks may wait for each
+/// other (cooperative_groups' grid sync). The launch fails where they would not fit.
+template <typename... Params, typename... Args>
+void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                        const Args&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  launch_kernel_with(kernel, grid, block, smem, stream, &attr, 1u, args...);
 }
 
 /// Calls f(std::bool_constant<b>{}): a runtime flag to a kernel's template argument.

@@ -193,10 +193,13 @@ struct PermuteParams {
   uint32_t* error = nullptr;
   uint32_t* clear = nullptr;  // words set to zero for the later kernels (or null)
   int clear_words = 0;
-  int32_t* seg = nullptr;  // the segments' scratch, heuristics.h permute_seg_words (not
-                           // used by the one-block forms)
+  int32_t* seg = nullptr;  // heuristics.h permute_seg_words: the two kernels' segments or a
+                           // grid of the block form (not used by one block)
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
+/// Blocks of the block permutation that fit the current device at once (its grid's bound:
+/// a cooperative launch), cached per device.
+int64_t block_permute_coresident();
 /// launch_quantize_x + launch_permute, in one launch when the problem is small.
 void launch_quantize_permute(const PermuteParams& p, const uint16_t* x, int64_t hidden,
                              ScaleRule rule, uint8_t* codes, uint8_t* scales,
@@ -401,6 +404,8 @@ void launch_stage_fp8(const StageFp8Params& p, cudaStream_t stream);
 /// Rows of each group of the staged scales: `rows` up to a multiple of 4 (16 bytes, the
 /// stride a TMA map needs).
 inline constexpr int64_t fp8_scale_rows(int64_t rows) { return (rows + 3) / 4 * 4; }
+/// SMs of the current device (cached per device).
+int current_sm_count();
 /// CTAs of a prefill launch: `per_sm` per SM of the current device (or fewer with the
 /// test knob MXMOE_PREFILL_CTAS, so that small problems loop over several tiles per CTA).
 int prefill_ctas(int per_sm = 1);

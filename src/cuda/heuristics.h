@@ -567,32 +567,60 @@ inline bool small_permute(int64_t pairs, int num_local) {
   return pairs <= kSmallPermutePairs && num_local <= kSmallPermuteExperts;
 }
 
-/// One-block permutation for problems a little past the small form's (permute.cu
-/// permute_block_kernel): one block of kBlockPermuteThreads threads walks the pairs in
-/// steps of that many, with a 16-bit count per (step, warp, local expert), the expert map
-/// and the routed rows' pair indices in shared memory. Why only up to kBlockPermutePairs:
-/// the two-kernel form below takes ~11-12 us from 2048 pairs to 16384 (H100, session 54:
-/// two launches, their dependent L2 loads, 112 SMs), about flat, while one block is
-/// issue-bound on its one SM: 7.5 us at 2048 pairs, then ~1.15 us per 1024 more (13.7 at
-/// 8192, 23.4 at 16384; ~107k warp instructions at IPC 2.55 there). The crossover is near
-/// 5 steps; 4096 pairs (Kimi-K3 top-16 up to 256 tokens) keeps ~1 us of margin.
+/// The block form of the permutation (permute.cu permute_block_kernel) for problems past
+/// the small form's: blocks of kBlockPermuteThreads threads, each walking its segment of
+/// the pairs in `steps` steps of that many, with a 16-bit count per (step, warp, local
+/// expert), the expert map and the segment's routed rows in shared memory. One block
+/// needs no grid-wide wait; several publish their experts' counts, wait for each other
+/// (a cooperative launch: every block co-resident) and read the others' counts back.
+/// Why not one block for everything: it is issue-bound on its one SM, 7.5 us at 2048
+/// pairs, then ~1.15 us per 1024 more (13.7 at 8192, 23.4 at 16384; H100, session 54),
+/// while the two-kernel form below takes ~11-12 us from 2048 pairs to 16384 (two
+/// launches, their dependent L2 loads, 112 SMs), about flat. Several blocks of one step
+/// each keep near the one block's one-step time at any size (H100, ncu, session 55: 8.8
+/// us at 16384 pairs and 13.0 at 65536, against the two kernels' 12-13 and 22-23; one
+/// block 7.4-7.7 us at 3 steps against a grid's 8.0-8.6, 8.5-8.9 at 4 against 8.2-8.3).
 inline constexpr int kBlockPermuteThreads = 1024;
-inline constexpr int64_t kBlockPermutePairs = 4096;
+inline constexpr int kBlockPermuteMaxSteps = 4;
+inline constexpr int64_t kBlockPermutePairs = kBlockPermuteMaxSteps * kBlockPermuteThreads;  // per block
 inline constexpr int64_t kBlockPermuteMaxExperts = 4096;  // the map, a byte per global id
-/// Dynamic shared memory of the one-block form: the counts ([steps][32 warps][E_local],
-/// 16-bit), each routed row's pair (32-bit, up to one row per pair) and the map. Within
-/// the bounds of block_permute it is at most 36 KB, under the 48 KB default.
-inline int64_t block_permute_smem_bytes(int64_t pairs, int num_local, int64_t num_experts) {
+/// One block (no wait) up to this many steps (Kimi top-16: 33 to 192 tokens); past it
+/// several blocks.
+inline constexpr int kBlockPermuteOneBlockSteps = 3;
+/// Dynamic shared memory of one block of `steps` steps: the counts ([steps][32 warps]
+/// [E_local], 16-bit), each routed row's pair (32-bit, up to one row per pair of the
+/// segment) and the map. At most 36 KB, under the 48 KB default.
+inline int64_t block_permute_smem_bytes(int steps, int num_local, int64_t num_experts) {
+  return int64_t{steps} * (kBlockPermuteThreads / 32) * num_local * 2 + int64_t{steps} * kBlockPermuteThreads * 4 +
+         (num_experts + 15) / 16 * 16;
+}
+static_assert(kBlockPermuteMaxSteps * (kBlockPermuteThreads / 32) * kSmallPermuteExperts * 2 +
+                      kBlockPermutePairs * 4 + kBlockPermuteMaxExperts + 2048 <= kDefaultSmemBytes,
+              "the block permutation's shared memory (and ~1 KB of static) fits the default 48 KB");
+/// `blocks` blocks of `steps` steps each; blocks == 0: not this form.
+struct BlockPermutePlan {
+  int64_t blocks = 0;
+  int steps = 0;
+};
+/// The block form for `pairs` routed pairs: past the small form, up to 64 local experts
+/// and 4096 global ones. One block while it takes at most `one_block_steps` steps, else
+/// the fewest steps per block (at least `min_grid_steps`) whose blocks all fit
+/// `coresident` (the kernel's blocks per SM times the SMs); none fitting: the two kernels.
+inline BlockPermutePlan block_permute_plan(int64_t pairs, int num_local, int64_t num_experts,
+                                           int64_t coresident,
+                                           int one_block_steps = kBlockPermuteOneBlockSteps,
+                                           int min_grid_steps = 1) {
+  if (small_permute(pairs, num_local) || num_local > kSmallPermuteExperts ||
+      num_experts > kBlockPermuteMaxExperts)
+    return {};
   const int64_t steps = (pairs + kBlockPermuteThreads - 1) / kBlockPermuteThreads;
-  return steps * (kBlockPermuteThreads / 32) * num_local * 2 + pairs * 4 + (num_experts + 15) / 16 * 16;
+  if (steps <= one_block_steps) return {1, static_cast<int>(steps)};
+  for (int s = min_grid_steps < 1 ? 1 : min_grid_steps; s <= kBlockPermuteMaxSteps; ++s) {
+    const int64_t blocks = (steps + s - 1) / s;
+    if (blocks <= coresident) return {blocks, s};
+  }
+  return {};
 }
-inline bool block_permute(int64_t pairs, int num_local, int64_t num_experts) {
-  return !small_permute(pairs, num_local) && pairs <= kBlockPermutePairs &&
-         num_local <= kSmallPermuteExperts && num_experts <= kBlockPermuteMaxExperts;
-}
-static_assert((kBlockPermutePairs / kBlockPermuteThreads) * (kBlockPermuteThreads / 32) * kSmallPermuteExperts * 2 +
-                      kBlockPermutePairs * 4 + kBlockPermuteMaxExperts + 1024 <= kDefaultSmemBytes,
-              "the one-block permutation's shared memory fits the default 48 KB");
 
 /// The two-kernel permutation splits the pairs into segments, one block per (local
 /// expert, segment): a block walks its segment in steps of 8192 pairs (permute.cu), each
@@ -618,9 +646,12 @@ MXMOE_HD int permute_segments(int64_t pairs) {
   return static_cast<int>(s < 1 ? 1 : s);
 }
 /// Words of the segments' scratch (PermuteParams.seg): [segments][E_local] counts, then
-/// [segments] bad-id flags.
+/// [segments] bad-id flags; segments of the two kernels or blocks of the block form, at
+/// most one per kBlockPermuteThreads pairs.
 inline int64_t permute_seg_words(int64_t pairs, int num_local) {
-  return static_cast<int64_t>(permute_segments(pairs)) * (num_local + 1);
+  const int64_t blocks = (pairs + kBlockPermuteThreads - 1) / kBlockPermuteThreads;
+  const int64_t segments = permute_segments(pairs);
+  return (blocks > segments ? blocks : segments) * (num_local + 1);
 }
 
 }  // namespace mxmoe::cuda_detail

@@ -18,11 +18,17 @@
 // once, and a block of kThreads takes kThreads * kRun pairs per barrier step.
 // Why segments: with one block per expert, each walked all pairs, 8 steps at M=4096
 // (23 + 30 us, session 40); segments of 4096 pairs take one step each.
-// Small and mid-size problems use one block instead (permute_small_block and
-// permute_block_kernel below, heuristics.h), large ones and those of more than 64 local
-// experts the two kernels.
+// Small problems use one block instead (permute_small_block), the others up to 64 local
+// experts blocks of 1024 threads in one launch (permute_block_kernel; heuristics.h
+// block_permute_plan); the two kernels take what is left: more than 64 local experts or
+// 4096 global ones, or more pairs than the block form's grid fits at once.
 // Nothing is read back by the host: the GEMMs read counts/offsets from device memory.
 // Every form also clears the words a later kernel of the forward counts on (p.clear).
+#include <cooperative_groups.h>
+
+#include <atomic>
+#include <cstdlib>
+
 #include "common.cuh"
 #include "engine.h"
 #include "heuristics.h"
@@ -37,11 +43,25 @@ constexpr int kThreads = 512;
 constexpr int kRun = 16;  // consecutive pairs per thread and step (a 32-bit match mask)
 constexpr int kWarps = kThreads / 32;
 
-/// The local expert of global id `id` (-1: none); ids < -1 or >= E_global set *bad.
-__device__ __forceinline__ int local_of_id(const PermuteParams& p, int32_t id, bool* bad) {
-  if (id >= 0 && id < p.num_experts) return p.expert_map[id];
+/// The local expert of global id `id` in `map` (the expert map in global memory or a
+/// shared copy of it; -1: none); ids < -1 or >= num_experts set *bad.
+template <class Map>
+__device__ __forceinline__ int local_of(const Map* map, int64_t num_experts, int32_t id, bool* bad) {
+  if (id >= 0 && id < num_experts) return map[id];
   if (id != -1) *bad = true;
   return -1;
+}
+
+/// Exclusive prefix over the lanes of the warp; *total gets the warp's sum.
+__device__ __forceinline__ int warp_exclusive_sum(int v, int* total) {
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, incl, o);
+    if ((threadIdx.x & 31) >= o) incl += u;
+  }
+  *total = __shfl_sync(0xffffffffu, incl, 31);
+  return incl - v;
 }
 
 /// Bit i set where pair first + i (< total) belongs to local expert e. The kRun id loads
@@ -55,7 +75,7 @@ __device__ __forceinline__ uint32_t run_matches(const PermuteParams& p, int64_t 
   uint32_t mask = 0;
 #pragma unroll
   for (int i = 0; i < kRun; ++i) {
-    const int loc = local_of_id(p, id[i], bad);
+    const int loc = local_of(p.expert_map, p.num_experts, id[i], bad);
     if (mark && loc < 0 && first + i < total) p.pair_row[first + i] = -1;
     mask |= static_cast<uint32_t>(loc == e) << i;
   }
@@ -154,16 +174,10 @@ __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const Permute
     const int64_t first = base + static_cast<int64_t>(threadIdx.x) * kRun;
     const uint32_t mask = run_matches(p, first, g.hi, g.e, false, &bad);
     // Exclusive scan of the runs' match counts over the block, in thread (= pair) order.
-    const int n = __popc(mask);
-    int incl = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    if (lane == 31) s_warp[warp] = incl;
+    int warp_total;
+    int before = warp_exclusive_sum(__popc(mask), &warp_total), step = 0;
+    if (lane == 0) s_warp[warp] = warp_total;
     __syncthreads();
-    int before = incl - n, step = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       before += (w < warp) ? s_warp[w] : 0;
@@ -181,40 +195,33 @@ __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const Permute
   }
 }
 
-// Problems a little past the small form's (heuristics.h block_permute: up to 4096 pairs,
-// 64 local experts, 4096 global ones): one block of 1024 threads, pair 1024 i + tid in
-// step i, with the expert map in shared memory (a byte per global id):
+// Problems past the small form's (heuristics.h block_permute_plan: up to 64 local
+// experts and 4096 global ones): blocks of 1024 threads, block b the pairs
+// [b * S, (b + 1) * S) of S = 1024 * steps, pair b * S + 1024 i + tid in its step i, with
+// the expert map in shared memory (a byte per global id):
 //   1. every pair's local expert, and per (step, warp) the count of each expert's pairs
 //      (the lowest lane of a group of equal experts writes its size) into s_cnt;
 //   2. warp w, for its experts e = w, w + 32: the exclusive scan of s_cnt[.][.][e] in
-//      (step, warp) order, which is pair order, written back in place; then the experts'
-//      totals give counts and offsets;
-//   3. every pair's row: its expert's offset + its (step, warp) prefix + its rank among the
+//      (step, warp) order, which is pair order, written back in place, and the block's
+//      rows of e. Several blocks then publish theirs (seg[b][e]), wait for each other (a
+//      cooperative launch: all resident) and read them back: an expert's rows over all
+//      blocks and in the blocks before this one. Warp 0 scans the experts: counts and
+//      offsets (block 0 writes them), every expert's first row of this block, and its
+//      place in the block's staged rows;
+//   3. every pair's row: that first row + its (step, warp) prefix + its rank among the
 //      lanes of its warp with the same expert; pair_row stored, row_map's entry staged in
-//      shared memory (s_rows) and stored in order once all are there.
+//      shared memory (s_rows) and stored in order, expert by expert, once all are there.
 // The same rows as the other forms, in one launch where the two kernels take two. Why
 // shared memory for the map and row_map: a warp's 32 scattered global accesses take the
-// SM's L1 a wavefront each, and this is one SM (a form that looked the map up and stored
-// row_map in global memory took 8.8 us at 2048 pairs and 34 at 16384 on an H100, this one
-// 7.5 and 23.4, the two kernels ~11 and ~12; PERFORMANCE.md session 54).
+// SM's L1 a wavefront each (a form that looked the map up and stored row_map in global
+// memory took 8.8 us at 2048 pairs and 34 at 16384 on an H100, this one in one block 7.5
+// and 23.4, the two kernels ~11 and ~12; PERFORMANCE.md session 54).
 constexpr int kBlockThreads = kBlockPermuteThreads;
 constexpr int kBlockWarps = kBlockThreads / 32;
-constexpr int kBlockMaxSteps = kBlockPermutePairs / kBlockThreads;  // 4 (launch_permute's bound)
+constexpr int kBlockMaxSteps = kBlockPermuteMaxSteps;
 static_assert(kBlockWarps == 32, "phase 2 scans one step's 32 warps per warp-wide scan");
 static_assert(kSmallPermuteExperts <= 2 * 32, "phase 2's offsets: two experts per lane of a warp");
 static_assert(kSmallPermuteExperts <= 127, "a local expert + 1 is a 7-bit key (lanes_with_same)");
-
-/// Exclusive prefix over the lanes of the warp; *total gets the warp's sum.
-__device__ __forceinline__ int warp_exclusive_sum(int v, int* total) {
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(0xffffffffu, incl, o);
-    if ((threadIdx.x & 31) >= o) incl += u;
-  }
-  *total = __shfl_sync(0xffffffffu, incl, 31);
-  return incl - v;
-}
 
 /// The lanes of the warp whose key (below 2^bits, bits <= 7; the same bits in every lane)
 /// equals this lane's: match.any by ballots, which issue at the full rate where match.any
@@ -231,25 +238,35 @@ __device__ __forceinline__ uint32_t lanes_with_same(int key, int bits) {
   return same;
 }
 
-__global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const PermuteParams p) {
+__device__ __forceinline__ int warp_sum(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// kGrid: several blocks, co-resident (a cooperative launch), two per SM (32 registers) so
+// that the grid fits twice the SMs. One block does none of the grid's work (its rows are
+// all rows) and has no register bound past the launch's (with them it took 0.2-0.5 us
+// more than the one-block kernel before it at 1-3 steps; PERFORMANCE.md session 55).
+template <bool kGrid>
+__global__ void __launch_bounds__(kBlockThreads, kGrid ? 2 : 1)
+    permute_block_kernel(const PermuteParams p, const int steps) {
   extern __shared__ __align__(16) uint8_t block_smem[];
-  __shared__ int s_off[kSmallPermuteExperts];  // the experts' totals, then their offsets
-  __shared__ int s_rows_total;
+  __shared__ int s_blk[kSmallPermuteExperts];     // this block's rows per expert
+  __shared__ int2 s_grid[kSmallPermuteExperts];   // several blocks: rows per expert in all, in those before this one
+  __shared__ int2 s_place[kSmallPermuteExperts];  // the expert's first row of this block: in the layer, in s_rows
+  __shared__ int s_block_rows;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, el = p.num_local;
-  const int64_t total = p.tokens * p.top_k;
+  // 32-bit pair indices (the block form is issue-bound): its grid is co-resident, so at
+  // most a few hundred blocks of 4096 pairs (heuristics.h block_permute_plan).
+  const int total = static_cast<int>(p.tokens * p.top_k);
+  const int lo = kGrid ? static_cast<int>(blockIdx.x) * steps * kBlockThreads : 0;
   const int E = static_cast<int>(p.num_experts);
-  const int steps = static_cast<int>((total + kBlockThreads - 1) / kBlockThreads);
   const int key_bits = 32 - __clz(el);  // keys loc + 1 in [0, el]: 5 bits for Kimi's 28
   uint16_t* const s_cnt = reinterpret_cast<uint16_t*>(block_smem);  // [steps][32][el]
-  int32_t* const s_rows = reinterpret_cast<int32_t*>(s_cnt + steps * kBlockWarps * el);  // [total]
-  int8_t* const s_map = reinterpret_cast<int8_t*>(s_rows + total);                        // [E]
+  int32_t* const s_rows = reinterpret_cast<int32_t*>(s_cnt + steps * kBlockWarps * el);  // [steps * 1024]
+  int8_t* const s_map = reinterpret_cast<int8_t*>(s_rows + steps * kBlockThreads);       // [E]
   auto cnt = [&](int i, int w, int e) -> uint16_t& { return s_cnt[(i * kBlockWarps + w) * el + e]; };
-  // The local expert of global id `id` (-1: none), as local_of_id from the shared map.
-  auto local_of_shared = [&](int32_t id, bool* bad) {
-    if (id >= 0 && id < E) return static_cast<int>(s_map[id]);
-    if (id != -1) *bad = true;
-    return -1;
-  };
   clear_words(p);
   for (int i = tid; i < steps * kBlockWarps * el / 2; i += kBlockThreads)  // 32 el is even
     reinterpret_cast<uint32_t*>(s_cnt)[i] = 0u;
@@ -264,14 +281,15 @@ __global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const Perm
   auto for_each_pair = [&](auto&& f) {
     bool bad = false;
     int32_t id[kBlockMaxSteps];
-    const int32_t* const ids = p.ids + tid;
+    const int first = lo + tid;
 #pragma unroll
-    for (int i = 0; i < kBlockMaxSteps; ++i) id[i] = i * kBlockThreads + tid < total ? ids[i * kBlockThreads] : -1;
+    for (int i = 0; i < kBlockMaxSteps; ++i)
+      id[i] = i < steps && first + i * kBlockThreads < total ? p.ids[first + i * kBlockThreads] : -1;
 #pragma unroll
     for (int i = 0; i < kBlockMaxSteps; ++i) {
       if (i < steps) {
-        const int loc = local_of_shared(id[i], &bad);
-        f(i, i * kBlockThreads + tid, loc, lanes_with_same(loc + 1, key_bits));
+        const int loc = local_of(s_map, E, id[i], &bad);
+        f(i, first + i * kBlockThreads, loc, lanes_with_same(loc + 1, key_bits));
       }
     }
     return bad;
@@ -282,7 +300,7 @@ __global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const Perm
     if (loc < 0 && pair < total) p.pair_row[pair] = -1;
     if (loc >= 0 && lane == __ffs(same) - 1) cnt(i, warp, loc) = static_cast<uint16_t>(__popc(same));
   });
-  const int any_bad = __syncthreads_or(bad);
+  int any_bad = __syncthreads_or(bad);
 
   // Phase 2. Lane l holds entry (i, warp l) of step i (a 2-way bank conflict at most). The
   // steps' scans at once: only the running sum chains them.
@@ -297,26 +315,53 @@ __global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const Perm
       if (i < steps) cnt(i, lane, e) = static_cast<uint16_t>(run + before[i]);  // < 4096
       run += step_total[i];
     }
-    if (lane == 0) s_off[e] = run;
+    if (lane == 0) s_blk[e] = run;
   }
   __syncthreads();
+  if constexpr (kGrid) {
+    const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    if (tid < el) p.seg[b * el + tid] = s_blk[tid];
+    if (tid == 0) p.seg[blocks * el + b] = any_bad;
+    cooperative_groups::this_grid().sync();  // orders the blocks' seg writes before the reads
+    for (int e = warp; e < el; e += kBlockWarps) {
+      int tot = 0, before = 0;
+      for (int c = lane; c < blocks; c += 32) {
+        const int v = __ldcg(p.seg + c * el + e);  // L2: other SMs wrote them
+        tot += v;
+        before += c < b ? v : 0;
+      }
+      tot = warp_sum(tot);
+      before = warp_sum(before);
+      if (lane == 0) s_grid[e] = make_int2(tot, before);
+    }
+    if (b == 0) {  // the error word: any block's bad id
+      int flag = 0;
+      for (int c = tid; c < blocks; c += kBlockThreads) flag |= __ldcg(p.seg + blocks * el + c);
+      any_bad = __syncthreads_or(flag);
+    }
+    __syncthreads();
+  }
   if (warp == 0) {  // experts 2 lane and 2 lane + 1
-    const int a = 2 * lane < el ? s_off[2 * lane] : 0, b = 2 * lane + 1 < el ? s_off[2 * lane + 1] : 0;
-    int sum;
-    const int before = warp_exclusive_sum(a + b, &sum);
-    if (2 * lane < el) {
-      p.counts[2 * lane] = a;
-      p.offsets[2 * lane] = before;
-      s_off[2 * lane] = before;
+    constexpr bool one = !kGrid;  // (one block: its rows are all rows)
+    const int e0 = 2 * lane, e1 = 2 * lane + 1;
+    const int k0 = e0 < el ? s_blk[e0] : 0, k1 = e1 < el ? s_blk[e1] : 0;
+    const int2 g0 = one || e0 >= el ? make_int2(k0, 0) : s_grid[e0];
+    const int2 g1 = one || e1 >= el ? make_int2(k1, 0) : s_grid[e1];
+    int rows, block_rows = 0;
+    const int off = warp_exclusive_sum(g0.x + g1.x, &rows);
+    const int loc = one ? off : warp_exclusive_sum(k0 + k1, &block_rows);
+    const bool writes = !kGrid || blockIdx.x == 0;
+    if (e0 < el) {
+      if (writes) p.counts[e0] = g0.x, p.offsets[e0] = off;
+      s_place[e0] = make_int2(off + g0.y, loc);
     }
-    if (2 * lane + 1 < el) {
-      p.counts[2 * lane + 1] = b;
-      p.offsets[2 * lane + 1] = before + a;
-      s_off[2 * lane + 1] = before + a;
+    if (e1 < el) {
+      if (writes) p.counts[e1] = g1.x, p.offsets[e1] = off + g0.x;
+      s_place[e1] = make_int2(off + g0.x + g1.y, loc + k0);
     }
-    if (lane == 0) {
-      p.offsets[el] = sum;
-      s_rows_total = sum;
+    if (lane == 0) s_block_rows = one ? rows : block_rows;
+    if (writes && lane == 0) {
+      p.offsets[el] = rows;
       *p.error = any_bad ? kErrorIdOutOfRange : 0u;
     }
   }
@@ -326,12 +371,20 @@ __global__ void __launch_bounds__(kBlockThreads) permute_block_kernel(const Perm
   const uint32_t lanes_below = (1u << lane) - 1u;
   for_each_pair([&](int i, int pair, int loc, uint32_t same) {  // (bad ids: flagged above)
     if (loc < 0) return;
-    const int row = s_off[loc] + cnt(i, warp, loc) + __popc(same & lanes_below);
-    s_rows[row] = pair;
-    p.pair_row[pair] = row;
+    const int rank = cnt(i, warp, loc) + __popc(same & lanes_below);  // among the block's rows of loc
+    const int2 at = s_place[loc];
+    s_rows[at.y + rank] = pair;
+    p.pair_row[pair] = at.x + rank;
   });
   __syncthreads();
-  for (int r = tid; r < s_rows_total; r += kBlockThreads) p.row_map[r] = s_rows[r];
+  if constexpr (!kGrid) {  // one block's rows are all rows: row_map in one sweep
+    for (int r = tid; r < s_block_rows; r += kBlockThreads) p.row_map[r] = s_rows[r];
+  } else {  // this block's rows of each expert: a run of row_map each
+    for (int e = warp; e < el; e += kBlockWarps) {
+      const int2 at = s_place[e];
+      for (int j = lane; j < s_blk[e]; j += 32) p.row_map[at.x + j] = s_rows[at.y + j];
+    }
+  }
 }
 
 // Small problems (heuristics.h: up to 512 pairs, 64 local experts): one block of 512
@@ -354,7 +407,7 @@ __device__ __forceinline__ void permute_small_block(const PermuteParams& p) {
   const int64_t pair = tid;
   bool bad = false;
   int loc = -1;
-  if (pair < total) loc = local_of_id(p, p.ids[pair], &bad);
+  if (pair < total) loc = local_of(p.expert_map, p.num_experts, p.ids[pair], &bad);
   const uint32_t same = __match_any_sync(0xffffffffu, loc);
   const int rank = __popc(same & ((1u << lane) - 1u));
   if (loc >= 0 && rank == 0) s_wc[warp][loc] = __popc(same);
@@ -420,20 +473,60 @@ void launch_prologue_small(const PermuteParams& p, const QuantizeArgs& q, cudaSt
   prologue_kernel<<<static_cast<unsigned>(1 + qblocks), kSmallThreads, 0, stream>>>(p, q);
   MXMOE_LAUNCH_CHECK("prologue_kernel");
 }
+
+/// A knob in [lo, hi] from the environment, else `fallback` (read at each launch: tests and
+/// the bench set them per run).
+int int_knob(const char* name, int lo, int hi, int fallback) {
+  if (const char* v = std::getenv(name)) {
+    const int n = std::atoi(v);
+    if (n >= lo && n <= hi) return n;
+  }
+  return fallback;
+}
 }  // namespace
 
+int64_t block_permute_coresident() {
+  static std::atomic<int> cached[64] = {};
+  int dev = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < 64 && cached[dev].load() > 0) return cached[dev].load();
+  int per_sm = 0;
+  const int64_t smem = block_permute_smem_bytes(kBlockMaxSteps, kSmallPermuteExperts, kBlockPermuteMaxExperts);
+  MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, permute_block_kernel<true>, kBlockThreads,
+                                                                 static_cast<size_t>(smem)));
+  const int n = per_sm * current_sm_count();
+  if (dev >= 0 && dev < 64) cached[dev].store(n);
+  return n;
+}
+
 void launch_permute(const PermuteParams& p, cudaStream_t stream) {
-  if (small_permute(p.tokens * p.top_k, p.num_local)) return launch_prologue_small(p, {}, stream);
-  if (block_permute(p.tokens * p.top_k, p.num_local, p.num_experts)) {
+  const int64_t pairs = p.tokens * p.top_k;
+  if (small_permute(pairs, p.num_local)) return launch_prologue_small(p, {}, stream);
+  // Test and measurement knobs: the most steps of one block (0: several blocks from two
+  // steps on), the fewest steps per block of several.
+  const BlockPermutePlan plan = block_permute_plan(
+      pairs, p.num_local, p.num_experts, block_permute_coresident(),
+      int_knob("MXMOE_PERMUTE_ONE_BLOCK_STEPS", 0, kBlockMaxSteps, kBlockPermuteOneBlockSteps),
+      int_knob("MXMOE_PERMUTE_GRID_STEPS", 1, kBlockMaxSteps, 1));
+  if (plan.blocks > 1) {
+    MXMOE_CHECK_ARG(p.seg != nullptr, "PermuteParams.seg", "null: the block permutation's grid needs ",
+                    permute_seg_words(pairs, p.num_local), " words of scratch");
+  }
+  if (plan.blocks > 0) {
     // Under the 48 KB default (heuristics.h's static_assert).
-    const int64_t smem = block_permute_smem_bytes(p.tokens * p.top_k, p.num_local, p.num_experts);
-    permute_block_kernel<<<1, kBlockThreads, static_cast<size_t>(smem), stream>>>(p);
-    MXMOE_LAUNCH_CHECK("permute_block_kernel");
+    const size_t smem = static_cast<size_t>(block_permute_smem_bytes(plan.steps, p.num_local, p.num_experts));
+    if (plan.blocks == 1) {
+      permute_block_kernel<false><<<1, kBlockThreads, smem, stream>>>(p, plan.steps);
+      MXMOE_LAUNCH_CHECK("permute_block_kernel");
+    } else {
+      launch_cooperative(permute_block_kernel<true>, dim3(static_cast<unsigned>(plan.blocks)), dim3(kBlockThreads),
+                         smem, stream, p, plan.steps);
+    }
     return;
   }
   MXMOE_CHECK_ARG(p.seg != nullptr, "PermuteParams.seg", "null: the segmented permutation needs ",
-                  permute_seg_words(p.tokens * p.top_k, p.num_local), " words of scratch");
-  const unsigned blocks = static_cast<unsigned>(p.num_local * permute_segments(p.tokens * p.top_k));
+                  permute_seg_words(pairs, p.num_local), " words of scratch");
+  const unsigned blocks = static_cast<unsigned>(p.num_local * permute_segments(pairs));
   permute_count_kernel<<<blocks, kThreads, 0, stream>>>(p);
   MXMOE_LAUNCH_CHECK("permute_count_kernel");
   permute_scatter_kernel<<<blocks, kThreads, 0, stream>>>(p);

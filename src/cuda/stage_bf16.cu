@@ -153,7 +153,6 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
 
 // ---------------------------------------------------------------- prefill grid
 
-namespace {
 int current_sm_count() {
   static std::atomic<int> cached[64] = {};
   int dev = 0;
@@ -164,7 +163,6 @@ int current_sm_count() {
   if (dev >= 0 && dev < 64) cached[dev].store(n);
   return n;
 }
-}  // namespace
 
 int prefill_ctas(int per_sm) {
   const int sms = current_sm_count() * per_sm;

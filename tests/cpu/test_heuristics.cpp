@@ -172,30 +172,58 @@ TEST(Permute, SegmentsCoverThePairsInWholeRunsNoneEmpty) {
     EXPECT_LT((s - 1) * len, pairs) << pairs;        // none empty
     if (pairs <= cd::kPermuteMaxSegments * cd::kPermuteSegmentPairs)
       EXPECT_LE(len, cd::kPermuteSegmentPairs) << pairs;
-    EXPECT_EQ(cd::permute_seg_words(pairs, 28), int64_t{s} * 29) << pairs;
+    EXPECT_EQ(cd::permute_seg_words(pairs, 28), std::max<int64_t>(s, (pairs + 1023) / 1024) * 29) << pairs;
   }
 }
 
-// The one-block permutation (permute.cu permute_block_kernel) takes what the small form
-// leaves up to 4096 pairs (Kimi top-16: 33 to 256 tokens), up to 64 local and 4096 global
-// experts, and its shared memory then fits the default 48 KB with the kernel's 272 static
-// bytes (the launcher opts in to nothing more).
-TEST(Permute, OneBlockFromPastTheSmallFormToFourThousandNinetySixPairs) {
-  EXPECT_FALSE(cd::block_permute(512, 28, 896));  // the small form's
-  EXPECT_TRUE(cd::block_permute(513, 28, 896));
-  EXPECT_TRUE(cd::block_permute(4096, 28, 896));
-  EXPECT_FALSE(cd::block_permute(4097, 28, 896));
-  EXPECT_TRUE(cd::block_permute(4096, 64, 4096));
-  EXPECT_FALSE(cd::block_permute(4096, 65, 896));
-  EXPECT_FALSE(cd::block_permute(1000, 28, 4097));
-  EXPECT_FALSE(cd::block_permute(520, 65, 896));  // (65 local: not the small form either)
-  for (int64_t pairs = 513; pairs <= cd::kBlockPermutePairs; pairs += 97)
+// The block permutation (permute.cu permute_block_kernel) takes what the small form
+// leaves, up to 64 local and 4096 global experts: one block up to 3072 pairs (Kimi top-16:
+// 33 to 192 tokens), then co-resident blocks of one step each (Kimi M=1024: 16), more
+// steps per block where they would not fit, up to 4; its shared memory then fits the
+// default 48 KB with the grid form's 1280 static bytes (the launcher opts in to nothing
+// more), and the scratch holds every grid's counts.
+TEST(Permute, BlockFormOneBlockThenCoresidentGridsUpToFourSteps) {
+  using Plan = std::pair<int64_t, int>;
+  auto plan = [](int64_t pairs, int el = 28, int64_t E = 896, int64_t coresident = 264, int one = 3,
+                 int min_steps = 1) {
+    const cd::BlockPermutePlan p = cd::block_permute_plan(pairs, el, E, coresident, one, min_steps);
+    return Plan{p.blocks, p.steps};
+  };
+  EXPECT_EQ(plan(512), Plan(0, 0));  // the small form's
+  EXPECT_EQ(plan(513), Plan(1, 1));
+  EXPECT_EQ(plan(2048), Plan(1, 2));
+  EXPECT_EQ(plan(3072), Plan(1, 3));
+  EXPECT_EQ(plan(3073), Plan(4, 1));
+  EXPECT_EQ(plan(16384), Plan(16, 1));
+  EXPECT_EQ(plan(264 * 1024), Plan(264, 1));
+  EXPECT_EQ(plan(264 * 1024 + 1), Plan(133, 2));
+  EXPECT_EQ(plan(264 * 4096), Plan(264, 4));
+  EXPECT_EQ(plan(264 * 4096 + 1), Plan(0, 0));  // the two kernels
+  EXPECT_EQ(plan(4096, 64, 4096), Plan(4, 1));
+  EXPECT_EQ(plan(4096, 65), Plan(0, 0));
+  EXPECT_EQ(plan(1000, 28, 4097), Plan(0, 0));
+  EXPECT_EQ(plan(520, 65), Plan(0, 0));  // (65 local: not the small form either)
+  EXPECT_EQ(plan(16384, 28, 896, 3), Plan(0, 0));
+  // The knobs: one block up to 4 steps, always a grid past one step, 2 steps at least.
+  EXPECT_EQ(plan(4096, 28, 896, 264, 4), Plan(1, 4));
+  EXPECT_EQ(plan(4097, 28, 896, 264, 4), Plan(5, 1));
+  EXPECT_EQ(plan(1025, 28, 896, 264, 0), Plan(2, 1));
+  EXPECT_EQ(plan(1024, 28, 896, 264, 0), Plan(1, 1));
+  EXPECT_EQ(plan(16384, 28, 896, 264, 3, 2), Plan(8, 2));
+  EXPECT_EQ(plan(16384, 28, 896, 264, 3, 3), Plan(6, 3));
+  for (int64_t pairs = 513; pairs <= int64_t{264} * 4096; pairs = pairs * 9 / 8 + 97)
     for (int el : {1, 8, 28, 63, 64})
-      for (int64_t E : {int64_t{el}, int64_t{896}, int64_t{4096}})
-        if (cd::block_permute(pairs, el, E))
-          EXPECT_LE(cd::block_permute_smem_bytes(pairs, el, E) + 272, cd::kDefaultSmemBytes) << pairs << " " << el;
+      for (int64_t E : {int64_t{el}, int64_t{896}, int64_t{4096}}) {
+        const cd::BlockPermutePlan p = cd::block_permute_plan(pairs, el, E, 264);
+        if (p.blocks == 0) continue;
+        EXPECT_LE(p.blocks, 264);
+        EXPECT_GE(p.blocks * p.steps * cd::kBlockPermuteThreads, pairs) << pairs;  // every pair in a block
+        EXPECT_LT((p.blocks - 1) * p.steps * cd::kBlockPermuteThreads, pairs) << pairs;  // none empty
+        EXPECT_LE(cd::block_permute_smem_bytes(p.steps, el, E) + 1280, cd::kDefaultSmemBytes) << pairs << " " << el;
+        if (p.blocks > 1) EXPECT_GE(cd::permute_seg_words(pairs, el), p.blocks * (el + 1)) << pairs;
+      }
   // Kimi at 128 tokens: 2 steps x 32 warps x 28 experts of 16-bit counts, 2048 rows, the map.
-  EXPECT_EQ(cd::block_permute_smem_bytes(2048, 28, 896), 2 * 32 * 28 * 2 + 2048 * 4 + 896);
+  EXPECT_EQ(cd::block_permute_smem_bytes(2, 28, 896), 2 * 32 * 28 * 2 + 2048 * 4 + 896);
 }
 
 TEST(StageFp8, ScatteredFromOneThousandTwentyFourTokensSplitForOneLoadBatchAndTwoThousandWarps) {

@@ -486,17 +486,24 @@ TEST(Permute, OrderCountsEpMapMinusOneAndBadIds) {
   }
 }
 
-TEST(Permute, OneBlockFormAtKimiShapesAndItsBounds) {
+// The block form's plan on this device (launch_permute's, with the knobs unset).
+cd::BlockPermutePlan device_block_plan(int64_t pairs, int el, int64_t E) {
+  return cd::block_permute_plan(pairs, el, E, cd::block_permute_coresident());
+}
+
+TEST(Permute, BlockFormAtKimiShapesOneBlockAndGridsAndItsBounds) {
   REQUIRE_GPU();
-  // heuristics.h block_permute: from 513 pairs to 4096, up to 64 local experts and 4096
-  // global ones; past any bound the other forms. Kimi-K3 at EP32 (896 experts, 28 local,
-  // top-16: 33 to 256 tokens), routed by hand so that an expert's pairs span all steps and
-  // warps, and 64 local experts.
+  // heuristics.h block_permute_plan: past the small form's 512 pairs, up to 64 local
+  // experts and 4096 global ones; one block to 3072 pairs, then grids of co-resident
+  // blocks (a cooperative launch) of one step each, more steps once they would not fit;
+  // past any bound the other forms. Kimi-K3 at EP32 (896 experts, 28 local, top-16),
+  // routed by hand so that an expert's pairs span all steps, warps and blocks, and 64
+  // local experts.
   Rng rng(11);
   const int64_t E = 896, k = 16;
   // Routing: 0 uniform over all global ids and -1; 1 half the pairs on local expert 1
   // (prefixes past 8 bits) and expert el - 1 never used; 2 every pair on local expert 1
-  // (at 256 x 16 a prefix of 4095).
+  // (at 256 x 16 a prefix of 4095 in one block).
   auto check_at = [&](int el, int64_t M, int routing) {
     std::vector<int32_t> map(E, -1);
     for (int e = 0; e < el; ++e) map[(e * 29 + 3) % E] = e;  // scattered local ids
@@ -507,27 +514,55 @@ TEST(Permute, OneBlockFormAtKimiShapesAndItsBounds) {
       v = to_one ? one : static_cast<int32_t>(rng.below(E + 1)) - 1;
       if (routing == 1 && v >= 0 && map[v] == el - 1) v = -1;
     }
-    SCOPED_TRACE(testing::Message() << "E_local " << el << " M " << M << " routing " << routing << " form "
-                                    << (cd::block_permute(M * k, el, E) ? "one block" : "other"));
+    const cd::BlockPermutePlan plan = device_block_plan(M * k, el, E);
+    SCOPED_TRACE(testing::Message() << "E_local " << el << " M " << M << " routing " << routing << " blocks "
+                                    << plan.blocks << " steps " << plan.steps << " knobs "
+                                    << (std::getenv("MXMOE_PERMUTE_ONE_BLOCK_STEPS") ? "one-block " : "")
+                                    << (std::getenv("MXMOE_PERMUTE_GRID_STEPS") ? "grid-steps" : ""));
     check_permute(ids, M, k, E, map, el);
     if (routing == 2) return;
     ids[(M * k) / 2] = static_cast<int32_t>(E);  // flagged, skipped
     ids[M * k - 1] = -5;
+    ids[k + 3] = -9;  // in block 0 of a grid
     check_permute(ids, M, k, E, map, el);
   };
-  for (int64_t M : {32, 33, 64, 100, 128, 200, 256, 257})
+  for (int64_t M : {32, 33, 64, 100, 128, 129, 192, 193, 256, 257, 1024, 1100})
     for (int routing : {0, 1}) check_at(28, M, routing);
-  check_at(28, 256, 2);
-  check_at(28, 100, 2);
-  for (int64_t M : {33, 256}) check_at(64, M, 1);
+  for (int64_t M : {100, 256, 1024}) check_at(28, M, 2);
+  for (int64_t M : {33, 256, 700}) check_at(64, M, 1);
   check_at(65, 200, 0);
-  EXPECT_FALSE(cd::block_permute(32 * 16, 28, E));
-  EXPECT_TRUE(cd::block_permute(33 * 16, 28, E));
-  EXPECT_TRUE(cd::block_permute(256 * 16, 64, E));
-  EXPECT_TRUE(cd::block_permute(256 * 16, 28, 4096));
-  EXPECT_FALSE(cd::block_permute(257 * 16, 28, E));
-  EXPECT_FALSE(cd::block_permute(256 * 16, 28, 4097));
-  EXPECT_FALSE(cd::block_permute(200 * 16, 65, E));
+  check_at(28, 4096, 0);
+  // The knobs: several blocks of one step from 513 pairs, one block of up to 4 steps, and
+  // grids of 2, 3 or 4 steps per block.
+  setenv("MXMOE_PERMUTE_ONE_BLOCK_STEPS", "0", 1);
+  for (int64_t M : {33, 100, 256}) check_at(28, M, 1);
+  setenv("MXMOE_PERMUTE_ONE_BLOCK_STEPS", "4", 1);
+  for (int64_t M : {200, 256}) check_at(28, M, 1);
+  check_at(28, 256, 2);
+  unsetenv("MXMOE_PERMUTE_ONE_BLOCK_STEPS");
+  for (const char* steps : {"2", "3", "4"}) {
+    setenv("MXMOE_PERMUTE_GRID_STEPS", steps, 1);
+    check_at(28, 1024, 0);
+    check_at(28, 300, 1);
+  }
+  unsetenv("MXMOE_PERMUTE_GRID_STEPS");
+  // Two blocks per SM (__launch_bounds__(1024, 2): 32 registers, at most 36 KB of shared
+  // memory each), and past what the grid fits at once (1.08M pairs on 132 SMs) the two
+  // kernels.
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  EXPECT_EQ(cd::block_permute_coresident(), int64_t{2} * sms);
+  const int64_t past = (int64_t{2} * sms * cd::kBlockPermutePairs) / k + 1;
+  EXPECT_EQ(device_block_plan(past * k, 28, E).blocks, 0);
+  check_at(28, past, 0);
+  EXPECT_EQ(device_block_plan(32 * 16, 28, E).blocks, 0);
+  EXPECT_EQ(device_block_plan(33 * 16, 28, E).blocks, 1);
+  EXPECT_EQ(device_block_plan(128 * 16, 64, 4096).blocks, 1);
+  EXPECT_EQ(device_block_plan(192 * 16, 28, E).blocks, 1);
+  EXPECT_EQ(device_block_plan(193 * 16, 28, E).blocks, 4);
+  EXPECT_EQ(device_block_plan(1024 * 16, 28, E).blocks, 16);
+  EXPECT_EQ(device_block_plan(256 * 16, 28, 4097).blocks, 0);
+  EXPECT_EQ(device_block_plan(200 * 16, 65, E).blocks, 0);
 }
 
 // ---------------------------------------------------------------- exact-grid weights
@@ -1832,6 +1867,29 @@ TEST(Layer, MatchesReferenceDeterministicAndGraphReplayIdentical) {
         ASSERT_EQ(g.size(), 2u);
         EXPECT_TRUE(g[0].bf16 == o1.bf16 && g[1].bf16 == o1.bf16) << "graph replay differs from eager";
       }
+}
+
+// The block permutation's grid (more than 3072 routed pairs: co-resident blocks waiting
+// for each other, a cooperative launch) inside a captured graph: the reference's result,
+// and the same bits replayed twice as eager.
+TEST(Layer, PermutationGridMatchesReferenceUnderGraphReplay) {
+  REQUIRE_GPU();
+  const MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 4242);
+  CudaMoeLayer layer(cfg, syn.weights);
+  for (int64_t M : {800, 1500}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    EXPECT_GT(cd::block_permute_plan(M * cfg.top_k, 8, cfg.num_experts, cd::block_permute_coresident()).blocks, 1);
+    const Activations x = make_activations(M, cfg.hidden, 4243 + static_cast<int>(M));
+    const Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 13, 14, 2, 5}, 4244 + M, true);
+    CudaHostSession s(layer, M);
+    s.set_inputs(x, &r, nullptr);
+    const Output o1 = s.run_eager();
+    expect_matches_reference(cfg, syn.weights, x, r, o1, "eager");
+    const auto g = s.run_graph(2);
+    ASSERT_EQ(g.size(), 2u);
+    EXPECT_TRUE(g[0].bf16 == o1.bf16 && g[1].bf16 == o1.bf16) << "graph replay differs from eager";
+  }
 }
 
 TEST(Layer, GpuRouterMatchesHostRoutedReference) {
