@@ -597,6 +597,12 @@ inline int64_t block_permute_smem_bytes(int steps, int num_local, int64_t num_ex
 static_assert(kBlockPermuteMaxSteps * (kBlockPermuteThreads / 32) * kSmallPermuteExperts * 2 +
                       kBlockPermutePairs * 4 + kBlockPermuteMaxExperts + 2048 <= kDefaultSmemBytes,
               "the block permutation's shared memory (and ~1 KB of static) fits the default 48 KB");
+/// The most blocks of a grid: the largest measured (64 blocks of one step, 12.7-13.0 us
+/// at 65536 pairs on an H100, session 55, already ~4 us over 16 blocks' 8.7 with the same
+/// work per block: latency-bound, each block reading every block's counts back after the
+/// wait, a cost that grows with the grid). Past it, more steps per block (~0.9 us each in
+/// one block): 64 blocks of 4 steps take Kimi-K3 to 16384 tokens.
+inline constexpr int64_t kBlockPermuteMaxBlocks = 64;
 /// `blocks` blocks of `steps` steps each; blocks == 0: not this form.
 struct BlockPermutePlan {
   int64_t blocks = 0;
@@ -605,7 +611,8 @@ struct BlockPermutePlan {
 /// The block form for `pairs` routed pairs: past the small form, up to 64 local experts
 /// and 4096 global ones. One block while it takes at most `one_block_steps` steps, else
 /// the fewest steps per block (at least `min_grid_steps`) whose blocks all fit
-/// `coresident` (the kernel's blocks per SM times the SMs); none fitting: the two kernels.
+/// `coresident` (the kernel's blocks per SM times the SMs) and kBlockPermuteMaxBlocks;
+/// none fitting: the two kernels.
 inline BlockPermutePlan block_permute_plan(int64_t pairs, int num_local, int64_t num_experts,
                                            int64_t coresident,
                                            int one_block_steps = kBlockPermuteOneBlockSteps,
@@ -615,9 +622,10 @@ inline BlockPermutePlan block_permute_plan(int64_t pairs, int num_local, int64_t
     return {};
   const int64_t steps = (pairs + kBlockPermuteThreads - 1) / kBlockPermuteThreads;
   if (steps <= one_block_steps) return {1, static_cast<int>(steps)};
+  const int64_t most = coresident < kBlockPermuteMaxBlocks ? coresident : kBlockPermuteMaxBlocks;
   for (int s = min_grid_steps < 1 ? 1 : min_grid_steps; s <= kBlockPermuteMaxSteps; ++s) {
     const int64_t blocks = (steps + s - 1) / s;
-    if (blocks <= coresident) return {blocks, s};
+    if (blocks <= most) return {blocks, s};
   }
   return {};
 }

@@ -179,7 +179,8 @@ TEST(Permute, SegmentsCoverThePairsInWholeRunsNoneEmpty) {
 // The block permutation (permute.cu permute_block_kernel) takes what the small form
 // leaves, up to 64 local and 4096 global experts: one block up to 3072 pairs (Kimi top-16:
 // 33 to 192 tokens), then co-resident blocks of one step each (Kimi M=1024: 16), more
-// steps per block where they would not fit, up to 4; its shared memory then fits the
+// steps per block past 64 blocks (or fewer co-resident), up to 4 (Kimi M=16384: 64 blocks
+// of 4), then the two kernels; its shared memory then fits the
 // default 48 KB with the grid form's 1280 static bytes (the launcher opts in to nothing
 // more), and the scratch holds every grid's counts.
 TEST(Permute, BlockFormOneBlockThenCoresidentGridsUpToFourSteps) {
@@ -195,10 +196,12 @@ TEST(Permute, BlockFormOneBlockThenCoresidentGridsUpToFourSteps) {
   EXPECT_EQ(plan(3072), Plan(1, 3));
   EXPECT_EQ(plan(3073), Plan(4, 1));
   EXPECT_EQ(plan(16384), Plan(16, 1));
-  EXPECT_EQ(plan(264 * 1024), Plan(264, 1));
-  EXPECT_EQ(plan(264 * 1024 + 1), Plan(133, 2));
-  EXPECT_EQ(plan(264 * 4096), Plan(264, 4));
-  EXPECT_EQ(plan(264 * 4096 + 1), Plan(0, 0));  // the two kernels
+  EXPECT_EQ(plan(65536), Plan(64, 1));  // Kimi M=4096
+  EXPECT_EQ(plan(65537), Plan(33, 2));
+  EXPECT_EQ(plan(262144), Plan(64, 4));  // Kimi M=16384
+  EXPECT_EQ(plan(262145), Plan(0, 0));  // the two kernels
+  EXPECT_EQ(plan(30 * 1024, 28, 896, 20), Plan(15, 2));  // fewer co-resident than 64
+  EXPECT_EQ(plan(80 * 1024 + 1, 28, 896, 20), Plan(0, 0));
   EXPECT_EQ(plan(4096, 64, 4096), Plan(4, 1));
   EXPECT_EQ(plan(4096, 65), Plan(0, 0));
   EXPECT_EQ(plan(1000, 28, 4097), Plan(0, 0));
@@ -215,8 +218,9 @@ TEST(Permute, BlockFormOneBlockThenCoresidentGridsUpToFourSteps) {
     for (int el : {1, 8, 28, 63, 64})
       for (int64_t E : {int64_t{el}, int64_t{896}, int64_t{4096}}) {
         const cd::BlockPermutePlan p = cd::block_permute_plan(pairs, el, E, 264);
+        EXPECT_EQ(p.blocks == 0, pairs > cd::kBlockPermuteMaxBlocks * cd::kBlockPermutePairs) << pairs;
         if (p.blocks == 0) continue;
-        EXPECT_LE(p.blocks, 264);
+        EXPECT_LE(p.blocks, cd::kBlockPermuteMaxBlocks);
         EXPECT_GE(p.blocks * p.steps * cd::kBlockPermuteThreads, pairs) << pairs;  // every pair in a block
         EXPECT_LT((p.blocks - 1) * p.steps * cd::kBlockPermuteThreads, pairs) << pairs;  // none empty
         EXPECT_LE(cd::block_permute_smem_bytes(p.steps, el, E) + 1280, cd::kDefaultSmemBytes) << pairs << " " << el;

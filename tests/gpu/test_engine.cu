@@ -547,14 +547,17 @@ TEST(Permute, BlockFormAtKimiShapesOneBlockAndGridsAndItsBounds) {
   }
   unsetenv("MXMOE_PERMUTE_GRID_STEPS");
   // Two blocks per SM (__launch_bounds__(1024, 2): 32 registers, at most 36 KB of shared
-  // memory each), and past what the grid fits at once (1.08M pairs on 132 SMs) the two
-  // kernels.
+  // memory each); the largest grid, 64 blocks of 4 steps (Kimi M=16384), and past it the
+  // two kernels.
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   EXPECT_EQ(cd::block_permute_coresident(), int64_t{2} * sms);
-  const int64_t past = (int64_t{2} * sms * cd::kBlockPermutePairs) / k + 1;
-  EXPECT_EQ(device_block_plan(past * k, 28, E).blocks, 0);
-  check_at(28, past, 0);
+  const int64_t largest = cd::kBlockPermuteMaxBlocks * cd::kBlockPermutePairs / k;
+  EXPECT_EQ(device_block_plan(largest * k, 28, E).blocks, cd::kBlockPermuteMaxBlocks);
+  EXPECT_EQ(device_block_plan(largest * k, 28, E).steps, cd::kBlockPermuteMaxSteps);
+  check_at(28, largest, 0);
+  EXPECT_EQ(device_block_plan((largest + 1) * k, 28, E).blocks, 0);
+  check_at(28, largest + 1, 0);
   EXPECT_EQ(device_block_plan(32 * 16, 28, E).blocks, 0);
   EXPECT_EQ(device_block_plan(33 * 16, 28, E).blocks, 1);
   EXPECT_EQ(device_block_plan(128 * 16, 64, 4096).blocks, 1);
