@@ -577,9 +577,9 @@ inline bool small_permute(int64_t pairs, int num_local) {
 /// pairs, then ~1.15 us per 1024 more (13.7 at 8192, 23.4 at 16384; H100, session 54),
 /// while the two-kernel form below takes ~11-12 us from 2048 pairs to 16384 (two
 /// launches, their dependent L2 loads, 112 SMs), about flat. Several blocks of one step
-/// each keep near the one block's one-step time at any size (H100, ncu, session 55: 8.8
-/// us at 16384 pairs and 13.0 at 65536, against the two kernels' 12-13 and 22-23; one
-/// block 7.4-7.7 us at 3 steps against a grid's 8.0-8.6, 8.5-8.9 at 4 against 8.2-8.3).
+/// each (H100, ncu, session 55): 8.6-9.0 us at 16384 pairs and 12.7-13.0 at 65536,
+/// against the two kernels' 12-13 and 22-23; one block 7.4-7.8 us at 3 steps against a
+/// grid's 8.0-8.6, 8.5-8.9 at 4 against 8.2-8.4.
 inline constexpr int kBlockPermuteThreads = 1024;
 inline constexpr int kBlockPermuteMaxSteps = 4;
 inline constexpr int64_t kBlockPermutePairs = kBlockPermuteMaxSteps * kBlockPermuteThreads;  // per block

@@ -495,8 +495,8 @@ TEST(Permute, BlockFormAtKimiShapesOneBlockAndGridsAndItsBounds) {
   REQUIRE_GPU();
   // heuristics.h block_permute_plan: past the small form's 512 pairs, up to 64 local
   // experts and 4096 global ones; one block to 3072 pairs, then grids of co-resident
-  // blocks (a cooperative launch) of one step each, more steps once they would not fit;
-  // past any bound the other forms. Kimi-K3 at EP32 (896 experts, 28 local, top-16),
+  // blocks (a cooperative launch) of one step each, more steps past 64 blocks (or past
+  // what fits at once); past any bound the other forms. Kimi-K3 at EP32 (896 experts, 28 local, top-16),
   // routed by hand so that an expert's pairs span all steps, warps and blocks, and 64
   // local experts.
   Rng rng(11);
