@@ -198,7 +198,7 @@ struct PermuteParams {
 };
 void launch_permute(const PermuteParams& p, cudaStream_t stream);
 /// Blocks of the block permutation that fit the current device at once (its grid's bound:
-/// a cooperative launch), cached per device.
+/// a cooperative launch; 0 where the device has none), cached per device.
 int64_t block_permute_coresident();
 /// launch_quantize_x + launch_permute, in one launch when the problem is small.
 void launch_quantize_permute(const PermuteParams& p, const uint16_t* x, int64_t hidden,

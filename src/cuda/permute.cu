@@ -490,11 +490,12 @@ int64_t block_permute_coresident() {
   int dev = 0;
   MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 0 && dev < 64 && cached[dev].load() > 0) return cached[dev].load();
-  int per_sm = 0;
+  int per_sm = 0, cooperative = 0;
   const int64_t smem = block_permute_smem_bytes(kBlockMaxSteps, kSmallPermuteExperts, kBlockPermuteMaxExperts);
   MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, permute_block_kernel<true>, kBlockThreads,
                                                                  static_cast<size_t>(smem)));
-  const int n = per_sm * current_sm_count();
+  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev));
+  const int n = cooperative != 0 ? per_sm * current_sm_count() : 0;  // 0: no grid, the two kernels
   if (dev >= 0 && dev < 64) cached[dev].store(n);
   return n;
 }
