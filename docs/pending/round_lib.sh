@@ -1,0 +1,15 @@
+# round_lib.sh — helpers of the device round scripts (sourced; session 56 on). The round
+# script sets B (the unpacked binaries) and sources this beside itself:
+#   . "$(dirname "$0")/round_lib.sh"
+# S: the summary ($OUT/00summary.txt, sorts first); L: the logs; t0: the round's start.
+S=$OUT/00summary.txt; L=$OUT/l; mkdir -p $L; t0=$(date +%s)
+note() { echo "$*" | tee -a $S; }                       # to the summary and stdout
+left() { [ $(( $(date +%s) - t0 )) -lt $1 ] || { note "skipped past $1 s: $2"; return 1; }; }
+passed() { grep -E '^\[  (PASSED|FAILED)' $1 | tr '\n' ' '; }  # a gtest log's verdict
+el() { echo "($(( $(date +%s) - t0 )) s)"; }            # seconds since the start
+# summ BENCH.json: each graph case as tokens:us/x floor/x torch/% of the MMA peak
+summ() { python3 -c "
+import json,sys;d=json.load(open(sys.argv[1]))['cases']
+print(' '.join('%d:%.1fus/%.2fxfloor/%.2fxtorch/%.1f%%' % (c['tokens'],c['median_us'],c['median_us']/max(c['hbm_floor_us'],c['mma_floor_us']),(c.get('torch_us') or 0)/c['median_us'],100*c['tflops']/c['mma_tflops_ceiling']) for c in d if c['mode']=='graph'))" $1 2>&1 | tail -1; }
+# pack_logs: the logs as one archive under $OUT (fewer files to bring back)
+pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
