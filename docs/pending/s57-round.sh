@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 57's round: s56-round.sh's steps (m = main + s55-seg-by-expert + s56-per-device-
-# cache, o = main) plus g = main + s56-gemm2-boundary (GEMM2 issues the next tile's first
+# cache + s57-knob-helper, o = main) plus g = main + s56-gemm2-boundary (GEMM2 issues the next tile's first
 # FP8 group before its epilogue). Build and pack first, from a clean main:
-#   m: main + git apply docs/pending/s55-seg-by-expert.patch docs/pending/s56-per-device-cache.patch,
-#      built in ./build-gpu (mxmoe_cli test_engine test_layer_args; docs/pending/s55-build.sh);
+#   m: main + git apply docs/pending/s55-seg-by-expert.patch docs/pending/s56-per-device-cache.patch
+#      docs/pending/s57-knob-helper.patch, built (mxmoe_cli test_engine test_layer_args);
 #   o: main's mxmoe; g: a worktree of main + s56-gemm2-boundary.patch (mxmoe_cli test_engine);
 #   stripped, packed as one solid archive, similar binaries side by side (27.6 MB where
 #   separate archives took 47 MB for four of the six; the carry holds 64 MiB):
@@ -30,6 +30,8 @@ for tool in memcheck racecheck; do
     --gtest_filter='Permute.*:Layer.PermutationGrid*' > $L/$tool.log 2>&1
   note "m $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $L/$tool.log | tr '\n' ' ') $(passed $L/$tool.log) $(el)"
 done
+left 240 "m Gemm1Act" && { timeout 70 $m/test_engine --gtest_brief=1 --gtest_filter='Gemm1Act.*' > $L/g1_tests.log 2>&1
+  note "m test_engine Gemm1Act.* (the knobs MXMOE_PREFILL_CTAS / TOKEN_TILE / DECODE_BLOCKS / READY) rc=$? $(passed $L/g1_tests.log) $(el)"; }
 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $g/test_engine --gtest_brief=1 \
   --gtest_filter='Fp8Mode.TailsPadding*:Fp8Mode.RowFormBitIdentical*' > $L/g_memcheck.log 2>&1
 note "g memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/g_memcheck.log | tr '\n' ' ') $(passed $L/g_memcheck.log) $(el)"
