@@ -1,9 +1,12 @@
 // common.cuh — error checking for every CUDA call and launch, the current-device
-// guards and the device-pointer check, shared by src/cuda/*.cu and src/ep/*.cu.
+// guards, a per-device cache, the test knobs' parsing and the device-pointer check, shared
+// by src/cuda/*.cu and src/ep/*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <type_traits>
 
 #include "mxmoe/error.h"
@@ -112,6 +115,35 @@ struct DeviceGuardNoThrow {
   DeviceGuardNoThrow(const DeviceGuardNoThrow&) = delete;
   DeviceGuardNoThrow& operator=(const DeviceGuardNoThrow&) = delete;
 };
+
+/// `compute(dev)` for the current device `dev`, computed once per device into `cache`
+/// (one slot per device; a slot holds the value plus one, so 0 means not yet computed and
+/// a value of 0 is cached too). Devices past the cache are computed at every call.
+template <class Compute>
+int per_device_cached(std::atomic<int> (&cache)[64], Compute compute) {
+  int dev = 0;
+  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool slot = dev >= 0 && dev < 64;
+  if (slot) {
+    const int held = cache[dev].load();
+    if (held > 0) return held - 1;
+  }
+  const int value = compute(dev);
+  if (slot) cache[dev].store(value + 1);
+  return value;
+}
+
+/// A test or measurement knob: environment variable `name` as a whole decimal number in
+/// [lo, hi]; unset, anything else or out of range: `fallback`. Knobs are for tests and
+/// the bench and never reach a serving engine's defaults; each caller says when it reads
+/// its knob (per launch or when a layer is built).
+inline int env_knob(const char* name, int lo, int hi, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end != v && *end == 0 && n >= lo && n <= hi ? static_cast<int>(n) : fallback;
+}
 
 /// Rejects pointers the driver knows are not usable on `dev` (plain host memory, another
 /// GPU). An inconclusive query is not an error: the kernels would fault visibly.

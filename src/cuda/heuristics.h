@@ -616,13 +616,14 @@ struct BlockPermutePlan {
 inline BlockPermutePlan block_permute_plan(int64_t pairs, int num_local, int64_t num_experts,
                                            int64_t coresident,
                                            int one_block_steps = kBlockPermuteOneBlockSteps,
-                                           int min_grid_steps = 1) {
+                                           int min_grid_steps = 1,
+                                           int64_t max_blocks = kBlockPermuteMaxBlocks) {
   if (small_permute(pairs, num_local) || num_local > kSmallPermuteExperts ||
       num_experts > kBlockPermuteMaxExperts)
     return {};
   const int64_t steps = (pairs + kBlockPermuteThreads - 1) / kBlockPermuteThreads;
   if (steps <= one_block_steps) return {1, static_cast<int>(steps)};
-  const int64_t most = coresident < kBlockPermuteMaxBlocks ? coresident : kBlockPermuteMaxBlocks;
+  const int64_t most = coresident < max_blocks ? coresident : max_blocks;
   for (int s = min_grid_steps < 1 ? 1 : min_grid_steps; s <= kBlockPermuteMaxSteps; ++s) {
     const int64_t blocks = (steps + s - 1) / s;
     if (blocks <= most) return {blocks, s};

@@ -39,12 +39,9 @@ int cuda_device_count() {
 
 namespace {
 
-/// A test knob (environment variable) set to one digit 0..max ("0", "1", ...): that
-/// digit; unset or anything else: -1. Read when a layer is built.
-int knob_digit(const char* name, int max) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] >= '0' && v[0] <= '0' + max && v[1] == 0 ? v[0] - '0' : -1;
-}
+/// A test knob (environment variable) set to a whole number 0..max ("0", "1", ...):
+/// that number; unset or anything else: -1 (env_knob). Read when a layer is built.
+int knob_digit(const char* name, int max) { return env_knob(name, 0, max, -1); }
 
 /// A test knob set to "0".
 bool knob_off(const char* name) { return knob_digit(name, 0) == 0; }
@@ -522,11 +519,7 @@ CudaMoeLayer::CudaMoeLayer(const MoeConfig& cfg, const ExpertWeights& weights,
   s.programmatic_ok = prop.major >= 9 && !knob_off("MXMOE_PDL");
   s.f8_fused = !knob_off("MXMOE_F8_FUSED");
   s.f8_scatter = knob_digit("MXMOE_F8_SCATTER", 1);
-  if (const char* v = std::getenv("MXMOE_F8_SPLIT"); v != nullptr) {  // a whole number 1..64, else unset
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == 0 && n >= 1 && n <= 64) s.f8_split = static_cast<int>(n);
-  }
+  s.f8_split = env_knob("MXMOE_F8_SPLIT", 1, 64, -1);  // -1: unset
   // MXMOE_READY=0/1/2: a test knob for the expert-ready counters (heuristics.h use_expert_ready).
   if (const int ready = knob_digit("MXMOE_READY", 2); ready >= 0) s.ready_mode = static_cast<ReadyMode>(ready);
   if (cfg.precision == Precision::FP8) {

@@ -27,7 +27,6 @@
 #include <cooperative_groups.h>
 
 #include <atomic>
-#include <cstdlib>
 
 #include "common.cuh"
 #include "engine.h"
@@ -203,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) permute_scatter_kernel(const Permute
 //      (the lowest lane of a group of equal experts writes its size) into s_cnt;
 //   2. warp w, for its experts e = w, w + 32: the exclusive scan of s_cnt[.][.][e] in
 //      (step, warp) order, which is pair order, written back in place, and the block's
-//      rows of e. Several blocks then publish theirs (seg[b][e]), wait for each other (a
+//      rows of e. Several blocks then publish theirs (seg[e][b]), wait for each other (a
 //      cooperative launch: all resident) and read them back: an expert's rows over all
 //      blocks and in the blocks before this one. Warp 0 scans the experts: counts and
 //      offsets (block 0 writes them), every expert's first row of this block, and its
@@ -320,13 +319,13 @@ __global__ void __launch_bounds__(kBlockThreads, kGrid ? 2 : 1)
   __syncthreads();
   if constexpr (kGrid) {
     const int blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    if (tid < el) p.seg[b * el + tid] = s_blk[tid];
+    if (tid < el) p.seg[tid * blocks + b] = s_blk[tid];  // [expert][block]: read by expert below
     if (tid == 0) p.seg[blocks * el + b] = any_bad;
     cooperative_groups::this_grid().sync();  // orders the blocks' seg writes before the reads
     for (int e = warp; e < el; e += kBlockWarps) {
       int tot = 0, before = 0;
       for (int c = lane; c < blocks; c += 32) {
-        const int v = __ldcg(p.seg + c * el + e);  // L2: other SMs wrote them
+        const int v = __ldcg(p.seg + e * blocks + c);  // L2: other SMs wrote them; coalesced
         tot += v;
         before += c < b ? v : 0;
       }
@@ -474,41 +473,31 @@ void launch_prologue_small(const PermuteParams& p, const QuantizeArgs& q, cudaSt
   MXMOE_LAUNCH_CHECK("prologue_kernel");
 }
 
-/// A knob in [lo, hi] from the environment, else `fallback` (read at each launch: tests and
-/// the bench set them per run).
-int int_knob(const char* name, int lo, int hi, int fallback) {
-  if (const char* v = std::getenv(name)) {
-    const int n = std::atoi(v);
-    if (n >= lo && n <= hi) return n;
-  }
-  return fallback;
-}
 }  // namespace
 
 int64_t block_permute_coresident() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < 64 && cached[dev].load() > 0) return cached[dev].load();
-  int per_sm = 0, cooperative = 0;
-  const int64_t smem = block_permute_smem_bytes(kBlockMaxSteps, kSmallPermuteExperts, kBlockPermuteMaxExperts);
-  MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, permute_block_kernel<true>, kBlockThreads,
-                                                                 static_cast<size_t>(smem)));
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev));
-  const int n = cooperative != 0 ? per_sm * current_sm_count() : 0;  // 0: no grid, the two kernels
-  if (dev >= 0 && dev < 64) cached[dev].store(n);
-  return n;
+  static std::atomic<int> cache[64] = {};
+  return per_device_cached(cache, [](int dev) {
+    int per_sm = 0, cooperative = 0;
+    const int64_t smem = block_permute_smem_bytes(kBlockMaxSteps, kSmallPermuteExperts, kBlockPermuteMaxExperts);
+    MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, permute_block_kernel<true>, kBlockThreads,
+                                                                   static_cast<size_t>(smem)));
+    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev));
+    return cooperative != 0 ? per_sm * current_sm_count() : 0;  // 0: no grid, the two kernels
+  });
 }
 
 void launch_permute(const PermuteParams& p, cudaStream_t stream) {
   const int64_t pairs = p.tokens * p.top_k;
   if (small_permute(pairs, p.num_local)) return launch_prologue_small(p, {}, stream);
-  // Test and measurement knobs: the most steps of one block (0: several blocks from two
-  // steps on), the fewest steps per block of several.
+  // Test and measurement knobs, read at each launch (tests and the bench set them per
+  // run): the most steps of one block (0: several blocks from two steps on), the fewest
+  // steps per block of several, the most blocks of a grid.
   const BlockPermutePlan plan = block_permute_plan(
       pairs, p.num_local, p.num_experts, block_permute_coresident(),
-      int_knob("MXMOE_PERMUTE_ONE_BLOCK_STEPS", 0, kBlockMaxSteps, kBlockPermuteOneBlockSteps),
-      int_knob("MXMOE_PERMUTE_GRID_STEPS", 1, kBlockMaxSteps, 1));
+      env_knob("MXMOE_PERMUTE_ONE_BLOCK_STEPS", 0, kBlockMaxSteps, kBlockPermuteOneBlockSteps),
+      env_knob("MXMOE_PERMUTE_GRID_STEPS", 1, kBlockMaxSteps, 1),
+      env_knob("MXMOE_PERMUTE_MAX_BLOCKS", 2, 4096, static_cast<int>(kBlockPermuteMaxBlocks)));
   if (plan.blocks > 1) {
     MXMOE_CHECK_ARG(p.seg != nullptr, "PermuteParams.seg", "null: the block permutation's grid needs ",
                     permute_seg_words(pairs, p.num_local), " words of scratch");

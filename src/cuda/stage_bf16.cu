@@ -14,7 +14,6 @@
 // itself; anything else sets the flag bit, and that GEMM runs on the generic path.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
 #include "common.cuh"
 #include "engine.h"
@@ -154,44 +153,31 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
 // ---------------------------------------------------------------- prefill grid
 
 int current_sm_count() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  MXMOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < 64 && cached[dev].load() > 0) return cached[dev].load();
-  int n = 0;
-  MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  if (dev >= 0 && dev < 64) cached[dev].store(n);
-  return n;
+  static std::atomic<int> cache[64] = {};
+  return per_device_cached(cache, [](int dev) {
+    int n = 0;
+    MXMOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  });
 }
 
 int prefill_ctas(int per_sm) {
   const int sms = current_sm_count() * per_sm;
   // Tests shrink the grid so that each CTA loops over several tiles (both consumers'
   // turns, ring wrap-around) on small problems.
-  if (const char* v = std::getenv("MXMOE_PREFILL_CTAS")) {
-    const int n = std::atoi(v);
-    if (n >= 1 && n < sms) return n;
-  }
-  return sms;
+  return env_knob("MXMOE_PREFILL_CTAS", 1, sms - 1, sms);
 }
 
 int decode_balanced_blocks(int blocks_per_sm) {
   const int wave = std::min(std::max(blocks_per_sm, 1) * current_sm_count(), kBalancedMaxBlocks);
   // Tests shrink the grid so that small problems cut row groups between warps, or give
   // blocks several units.
-  if (const char* v = std::getenv("MXMOE_DECODE_BLOCKS")) {
-    const int n = std::atoi(v);
-    if (n >= 1 && n < wave) return n;
-  }
-  return wave;
+  return env_knob("MXMOE_DECODE_BLOCKS", 1, wave - 1, wave);
 }
 
 int prefill_tile_tokens(int64_t tokens, int64_t top_k, int num_local) {
-  if (const char* v = std::getenv("MXMOE_PREFILL_TOKEN_TILE")) {
-    const int n = std::atoi(v);
-    if (n == 32 || n == 64 || n == 96 || n == 128) return n;
-  }
-  return prefill_token_tile(tokens, top_k, num_local);
+  const int n = env_knob("MXMOE_PREFILL_TOKEN_TILE", 32, 128, 0);
+  return n % 32 == 0 && n > 0 ? n : prefill_token_tile(tokens, top_k, num_local);
 }
 
 }  // namespace mxmoe::cuda_detail

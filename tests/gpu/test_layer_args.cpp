@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../../src/cuda/common.cuh"
 #include "mxmoe/cuda.h"
 #include "mxmoe/error.h"
 #include "mxmoe/reference.h"
@@ -40,6 +43,24 @@ void expect_unsupported_naming(F f, const std::string& alternative) {
   } catch (const Unsupported& e) {
     EXPECT_NE(std::string(e.what()).find(alternative), std::string::npos) << e.what();
   }
+}
+
+// The test knobs (docs/HARDENING.md §4): a whole decimal number in range, else the
+// fallback; no GPU needed.
+TEST(LayerArgs, TestKnobIsAWholeNumberInRangeElseTheFallback) {
+  const char* name = "MXMOE_TEST_KNOB_PARSING";
+  unsetenv(name);
+  EXPECT_EQ(cuda_detail::env_knob(name, 1, 64, -1), -1);
+  const std::pair<const char*, int> cases[] = {
+      {"1", 1},   {"64", 64}, {"07", 7},  {"0", -1}, {"65", -1},  {"-3", -1}, {"", -1},
+      {"12x", -1}, {"x12", -1}, {"1.5", -1}, {"99999999999999999999", -1}};
+  for (const auto& [value, expected] : cases) {
+    setenv(name, value, 1);
+    EXPECT_EQ(cuda_detail::env_knob(name, 1, 64, -1), expected) << "value '" << value << "'";
+  }
+  setenv(name, "0", 1);
+  EXPECT_EQ(cuda_detail::env_knob(name, 0, 2, -1), 0);  // knob_digit's form: 0 is a value
+  unsetenv(name);
 }
 
 TEST(LayerArgs, GpuRoutingBeyondTheKernelLimitsIsRefusedNamingTheAlternative) {
