@@ -11,5 +11,11 @@ el() { echo "($(( $(date +%s) - t0 )) s)"; }            # seconds since the star
 summ() { python3 -c "
 import json,sys;d=json.load(open(sys.argv[1]))['cases']
 print(' '.join('%d:%.1fus/%.2fxfloor/%.2fxtorch/%.1f%%' % (c['tokens'],c['median_us'],c['median_us']/max(c['hbm_floor_us'],c['mma_floor_us']),(c.get('torch_us') or 0)/c['median_us'],100*c['tflops']/c['mma_tflops_ceiling']) for c in d if c['mode']=='graph'))" $1 2>&1 | tail -1; }
+# torch_prefill: the PyTorch BF16 baseline at the prefill sizes into $L/T.json (f8 reads it)
+torch_prefill() { timeout 80 python3 bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 10 --json $L/T.json > $L/T.log 2>&1
+  note "torch prefill rc=$? $(el)"; }
+# f8 NAME BIN ROUND: BIN's FP8 layer at the prefill sizes beside $L/T.json, as $L/NAME_f8_ROUND.json
+f8() { timeout 45 $2/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json \
+    --json $L/${1}_f8_$3.json > $L/${1}_f8_$3.log 2>&1; note "fp8 $1 r$3 rc=$? $(summ $L/${1}_f8_$3.json) $(el)"; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }

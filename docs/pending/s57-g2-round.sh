@@ -27,10 +27,7 @@ for v in g h; do
     --gtest_filter='Fp8Mode.TailsPadding*:Fp8Mode.RowFormBitIdentical*' > $L/${v}_memcheck.log 2>&1
   note "$v memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/${v}_memcheck.log | tr '\n' ' ') $(passed $L/${v}_memcheck.log) $(el)"
 done
-timeout 80 python3 bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 10 --json $L/T.json > $L/T.log 2>&1
-note "torch prefill rc=$? $(el)"
-f8() { timeout 45 $2/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json \
-    --json $L/${1}_f8_$3.json > $L/${1}_f8_$3.log 2>&1; note "fp8 $1 r$3 rc=$? $(summ $L/${1}_f8_$3.json) $(el)"; }
+torch_prefill
 left 330 "fp8 round 1" && { f8 o $o 1; f8 g $g 1; f8 h $h 1; }
 left 360 "fp8 round 2" && { f8 h $h 2; f8 g $g 2; f8 o $o 2; }
 left 390 "fp8 round 3" && { f8 o $o 3; f8 g $g 3; f8 h $h 3; }
