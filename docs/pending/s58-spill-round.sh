@@ -3,14 +3,14 @@
 # GEMM2's decode kernels keep no value in local memory; ptxas: 0 bytes spilled in all 15
 # of gemm2.cu's kernels, main 6 / 10 / 18) beside main. o = main 4e48197's mxmoe; s = the
 # same tree + the patch (mxmoe_cli, test_engine). Pack:
-#   tar cf - o/mxmoe s/mxmoe s/test_engine | xz -9e > .gpubin/s58b/bins.tar.xz
+#   tar cf - s/mxmoe s/test_engine | xz -9e > .gpubin/s58b/bins.tar.xz (o: .gpubin/s57g2's)
 #   cp docs/pending/s58-spill-round.sh docs/pending/round_lib.sh .gpubin/s58b/; a BUILT file
-# then: bash .gpubin/s58b/s58-spill-round.sh with carry [".gpubin/s58b"] (~300 s).
+# then: bash .gpubin/s58b/s58-spill-round.sh with carry [".gpubin/s57g2", ".gpubin/s58b"] (~300 s).
 # Prediction: decode within noise (-1..+1%): the spill loads sat at block start, between
 # tiles and in the epilogue (one per cycle in the one-row kernel's loop, an L1 hit); the
 # mainloops' instruction counts are within +-3% of main's.
 set -u
-B=/tmp/b58b; mkdir -p $B && tar xJf .gpubin/s58b/bins.tar.xz -C $B; o=$B/o; s=$B/s
+B=/tmp/b58b; mkdir -p $B && tar xJf .gpubin/s58b/bins.tar.xz -C $B && tar xJf .gpubin/s57g2/bins.tar.xz -C $B o/mxmoe; o=$B/o; s=$B/s
 . "$(dirname "$0")/round_lib.sh"
 cat .gpubin/s58b/BUILT | tee -a $S
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S

@@ -106,6 +106,11 @@ void check_gemm2_fp8_kernel();
 /// (wgmma_mx.cuh pf_check_registers); the layer calls both when it takes that path.
 void check_gemm1_prefill_kernels();
 void check_gemm2_prefill_kernels();
+/// Local memory per thread (bytes: spills and stack frame) of the most demanding of the
+/// decode kernels that launch_gemm1 / launch_gemm2 can pick, every class, activation and
+/// intermediate format; for tests (issue 4: no spills in the hot kernels).
+size_t gemm1_decode_local_bytes();
+size_t gemm2_decode_local_bytes();
 struct Fp8MatView {
   const uint8_t* codes = nullptr;
   const float* scale = nullptr;  // per row and group, or per row (row_scale)

@@ -104,17 +104,16 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
   const uint4* wp = p.w2.packed + (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 4 * 32;
   const uint4* ws4 = reinterpret_cast<const uint4*>(p.w2.scale) +
                      (static_cast<size_t>(e) * p.w2.rg + rgc) * p.w2.kc * 8;
-  const uint8_t* inter = static_cast<const uint8_t*>(p.inter);
-  const bool special =
-      p.w2.special == nullptr || p.w2.special[static_cast<size_t>(e) * p.w2.rg + rgc] != 0;
 
   // grid z = token-tile slots x splits of the reduction (whole 64-K chunks).
   const int S = p.splits;
   const int split = static_cast<int>(blockIdx.z) % S;
   const int kc_begin = split * p.w2.kc / S, kc_end = (split + 1) * p.w2.kc / S;
 
-  for (int tile = blockIdx.z / S; tile * BT < count; tile += gridDim.z / S) {
-    const int valid = min(BT, count - tile * BT);
+  // row0: the tile's first row in the expert (tile slot blockIdx.z / S, every gridDim.z / S-th
+  // tile); the loop counts rows, not tiles, so that no tile index is kept (and spilled) beside it.
+  for (int row0 = blockIdx.z / S * BT; row0 < count; row0 += gridDim.z / S * BT) {
+    const int valid = min(BT, count - row0);
     if (active) fast_prefetch<D>(ring, wp, ws4, kc_begin, kc_end);  // before the staging
     // GEMM1's intermediate rows of this expert and their scales are complete: all of
     // GEMM1, or under the expert-ready counters this expert's part (the barrier below
@@ -126,7 +125,7 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
     if (threadIdx.x < BT) {
       s_mx[threadIdx.x] = 0;
       s_rsc[threadIdx.x] = static_cast<int>(threadIdx.x) < valid
-                               ? p.inter_scale + static_cast<int64_t>(off + tile * BT + threadIdx.x) * kbN
+                               ? p.inter_scale + static_cast<int64_t>(off + row0 + threadIdx.x) * kbN
                                : nullptr;
     }
     __syncthreads();
@@ -135,22 +134,35 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
     __syncthreads();
     if (!active) pdl_allow_dependents();
     if (active) {
+      // Read per tile, just before its only use, rather than kept over the tile loop
+      // (at 96 registers it was spilled to local memory).
+      const bool special =
+          p.w2.special == nullptr || p.w2.special[static_cast<size_t>(e) * p.w2.rg + rgc] != 0;
       float acc[4][NT][4];
       zero_acc(acc);
       warp_mma_decode<NT, D, true, kOneRow ? 1 : 8>(  // coherent B loads: GEMM1 may still be running
           special, narrow, valid, acc, ring, wp, ws4, kc_begin, kc_end, kbN,
-          [&](int i) { return inter + static_cast<int64_t>(off + tile * BT + i) * N; }, s_sx);
+          [&](int i) {
+            int row = off + row0 + i;
+            // Opaque to the compiler, so the pointer is rebuilt from the parameters at
+            // each use instead of hoisted out of the loop and spilled (the one-row
+            // kernel's 80 registers; PERFORMANCE.md sessions 57 and 58).
+            asm volatile("" : "+r"(row));
+            return static_cast<const uint8_t*>(p.inter) + static_cast<int64_t>(row) * p.intermediate;
+          }, s_sx);
       pdl_allow_dependents();  // finalize's blocks may start (as in gemm1_fast_block)
       // Epilogue operands, formed only now so they hold no registers over the mainloop.
       const float* bias = p.bias ? p.bias + static_cast<size_t>(e) * K : nullptr;
-      float* y = p.y + split * p.split_stride;
+      // The split again, read afresh: kept from block start, it was spilled (ptx.cuh).
+      const int y_split = block_index_z_here() % S;
+      float* y = p.y + y_split * p.split_stride;
 
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           // The one-row loop leaves its row in column 0 of lane t = 0 (warp_reduce_diag).
-          const int r = kOneRow ? (2 * t + c == 0 ? tile : count) : tile * BT + nt * 8 + 2 * t + c;
+          const int r = kOneRow ? (2 * t + c == 0 ? row0 : count) : row0 + nt * 8 + 2 * t + c;
           if (r >= count) continue;
           // Split: the unscaled partial; finalize applies the factor after the sum.
           const float back = S > 1 ? 1.0f : s_back[kOneRow ? 0 : nt * 8 + 2 * t + c];
@@ -167,8 +179,8 @@ __device__ __forceinline__ void gemm2_fast_block(const Gemm2Params& p, int count
             }
         }
     }
-    if (S > 1 && split == 0 && static_cast<int>(threadIdx.x) < valid)
-      p.back[off + tile * BT + threadIdx.x] = s_back[threadIdx.x];
+    if (S > 1 && block_index_z_here() % S == 0 && static_cast<int>(threadIdx.x) < valid)
+      p.back[off + row0 + threadIdx.x] = s_back[threadIdx.x];
     __syncthreads();  // the next tile rewrites the shared staging
   }
 }
@@ -418,6 +430,21 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
     MXMOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
     return blocks;
   });
+}
+
+size_t gemm2_decode_local_bytes() {
+  size_t most = 0;
+  // The kernels of launch_gemm2's decode classes (with_eight_row_kernel's three for 8-row tiles).
+  for (const void* kernel : {reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, false>),
+                             reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, true, false>),
+                             reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, true>),
+                             reinterpret_cast<const void*>(gemm2_fast_kernel<2, 4, false, false>),
+                             reinterpret_cast<const void*>(gemm2_fast_kernel<4, 3, false, false>)}) {
+    cudaFuncAttributes a{};
+    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    most = std::max(most, a.localSizeBytes);
+  }
+  return most;
 }
 
 void check_gemm2_fp8_kernel() {

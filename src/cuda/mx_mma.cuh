@@ -637,13 +637,16 @@ __device__ __forceinline__ void warp_mma_fast_any(bool special, bool narrow, flo
 /// Session 8 on the H200 (graph, same run): 283 -> 205 instructions per chunk;
 /// M=2 163 -> 158 us, M=4 204 -> 194, M=8 230 -> 220 (with fp4x8_to_f16_mul), M=1 equal.
 ///   acc[mt][.]: per-lane partial sums, zero on entry; warp_reduce_diag finishes them;
-///   brow: the E4M3 row of token g % R, or null; s_sx as in warp_mma_fast ([kb][8]), or
-///   [kb][kSxRows] with kSxRows >= R (GEMM2's one-row kernel stages [kb][1]).
-template <int R, int D, bool kSpecial, bool kCoherentB, int kSxRows = 8>
+///   brow_src: the E4M3 row of token g % R, or null; or a callable that returns it, called
+///   at each load (GEMM2's one-row kernel: the pointer is then rebuilt from the kernel's
+///   parameters instead of kept over the loop, where it was spilled); s_sx as in
+///   warp_mma_fast ([kb][8]), or [kb][kSxRows] with kSxRows >= R (GEMM2's one-row kernel
+///   stages [kb][1]).
+template <int R, int D, bool kSpecial, bool kCoherentB, int kSxRows = 8, typename BRow = const uint8_t*>
 __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing<D>& ring,
                                               const uint4* __restrict__ wp,
                                               const uint4* __restrict__ ws4, int kc_begin,
-                                              int kc_end, int kb_count, const uint8_t* brow,
+                                              int kc_end, int kb_count, BRow brow_src,
                                               const float* s_sx) {
   static_assert(R == 1 || R == 2 || R == 4, "R rows per cycle column group");
   static_assert(kSxRows >= R, "the staged token scales hold every row of the cycle");
@@ -683,6 +686,9 @@ __device__ __forceinline__ void warp_mma_diag(float (&acc)[4][4], const FastRing
   // samples at M=1, 9% at M=4).
   auto load_b = [&](int kb) {
     uint2 v = make_uint2(0u, 0u);
+    const uint8_t* brow;
+    if constexpr (std::is_pointer_v<BRow>) brow = brow_src;
+    else brow = brow_src();
     ldg_u2_if<kCoherentB>(brow != nullptr && kb < kb_end, brow + kb * 32 + 8 * t, v);
     return v;
   };
@@ -808,11 +814,11 @@ __device__ __forceinline__ void warp_reduce_diag(float (&acc)[4][4]) {
 
 /// warp_mma_diag with the scale path picked per row group (warp-uniform), then
 /// warp_reduce_diag.
-template <int R, int D, bool kCoherentB, int kSxRows = 8>
+template <int R, int D, bool kCoherentB, int kSxRows = 8, typename BRow = const uint8_t*>
 __device__ __forceinline__ void warp_mma_diag_any(bool special, float (&acc)[4][4],
                                                   const FastRing<D>& ring, const uint4* __restrict__ wp,
                                                   const uint4* __restrict__ ws4, int kc_begin,
-                                                  int kc_end, int kb_count, const uint8_t* brow,
+                                                  int kc_end, int kb_count, BRow brow,
                                                   const float* s_sx) {
   if (special) warp_mma_diag<R, D, true, kCoherentB, kSxRows>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
   else warp_mma_diag<R, D, false, kCoherentB, kSxRows>(acc, ring, wp, ws4, kc_begin, kc_end, kb_count, brow, s_sx);
@@ -842,7 +848,8 @@ __device__ __forceinline__ void warp_mma_decode(bool special, bool narrow, int v
 #pragma unroll
         for (int j = 0; j < 4; ++j) a[mt][j] = 0.0f;
       if constexpr (kSxRows == 1) {
-        warp_mma_diag_any<1, D, kCoherentB, 1>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count, row_of(0), s_sx);
+        warp_mma_diag_any<1, D, kCoherentB, 1>(special, a, ring, wp, ws4, kc_begin, kc_end, kb_count,
+                                               [&] { return row_of(0); }, s_sx);
       } else {
         // R = rows rounded up to a power of two; the row pointer of token g % R.
         const int R = valid <= 1 ? 1 : valid <= 2 ? 2 : 4;
@@ -919,7 +926,8 @@ template <int BT, bool kMayNarrow = false>
 __device__ __forceinline__ bool stage_b_scales(const uint8_t* const* rows_scale, int valid,
                                                int kb_count, float* s_sx, float* s_back,
                                                int* s_mx, bool allow_narrow = false) {
-  const int tid = threadIdx.x, nthreads = blockDim.x;
+  // Read here, not hoisted: kept over a decode kernel's tile loop, tid % BT was spilled.
+  const int tid = thread_index_here(), nthreads = blockDim.x;
   const int r = tid % BT;
   const uint8_t* rs = r < valid ? rows_scale[r] : nullptr;
   int mx = 0;
@@ -957,6 +965,7 @@ __device__ __forceinline__ bool stage_b_scales(const uint8_t* const* rows_scale,
   const int d = range_excess(row_max);
   const float adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
   if (tid < BT) s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+#pragma unroll 4
   for (int i = tid; i < kb_count * BT; i += nthreads) {
     const int v = reinterpret_cast<const int*>(s_sx)[i];
     s_sx[i] = rs != nullptr ? e8m0_f(static_cast<uint32_t>(v)) * adj : 0.0f;

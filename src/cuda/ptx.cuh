@@ -171,6 +171,21 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// threadIdx.x and blockIdx.z read at this point. A volatile read is neither hoisted out
+/// of a loop nor merged with an earlier one, so a value derived from it (a row index, a
+/// split) is formed where it is used instead of kept live, and spilled, across a mainloop
+/// (the decode kernels' register budgets; PERFORMANCE.md session 58).
+__device__ __forceinline__ int thread_index_here() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+__device__ __forceinline__ int block_index_z_here() {
+  int z;
+  asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(z));
+  return z;
+}
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MXMOE_SM90A 1
 

@@ -1604,6 +1604,17 @@ TEST(Gemm2, OneRowKernelHoldsItsBlocksPerSm) {
   EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2OneRowBlocksPerSm);
 }
 
+// Issue 4: the decode kernels, the hot kernels up to 32 tokens, keep nothing in local
+// memory (no spills, no stack): every class, activation and intermediate format that
+// launch_gemm1 / launch_gemm2 can pick, as this binary compiled them (ptxas's figure, read
+// back through the runtime). The exact prefill path's 32-token GEMM1 kernels, which take
+// 16..54 tokens, are not among them: they keep 4-16 bytes (PERFORMANCE.md).
+TEST(DecodeKernels, KeepNothingInLocalMemory) {
+  REQUIRE_GPU();
+  EXPECT_EQ(cd::gemm1_decode_local_bytes(), 0u);
+  EXPECT_EQ(cd::gemm2_decode_local_bytes(), 0u);
+}
+
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
 // synthetic weights (all scale bytes normal). Not a check: run on the device with
 //   test_engine --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timing*'
