@@ -19,3 +19,10 @@ f8() { timeout 45 $2/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --pr
     --json $L/${1}_f8_$3.json > $L/${1}_f8_$3.log 2>&1; note "fp8 $1 r$3 rc=$? $(summ $L/${1}_f8_$3.json) $(el)"; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
+# gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures
+gtests() { timeout $4 $2/test_engine --gtest_brief=1 --gtest_filter="$3" > $L/${1}_tests.log 2>&1
+  note "$1 test_engine $3 rc=$? $(passed $L/${1}_tests.log) $(el)"; grep -E "FAILED|Failure" $L/${1}_tests.log | head -5 | tee -a $S; }
+# memcheck NAME BIN FILTER: compute-sanitizer memcheck of BIN's test_engine on FILTER
+memcheck() { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $2/test_engine --gtest_brief=1 \
+    --gtest_filter="$3" > $L/${1}_memcheck.log 2>&1
+  note "$1 memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/${1}_memcheck.log | tr '\n' ' ') $(passed $L/${1}_memcheck.log) $(el)"; }
