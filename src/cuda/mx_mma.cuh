@@ -965,6 +965,7 @@ __device__ __forceinline__ bool stage_b_scales(const uint8_t* const* rows_scale,
   const int d = range_excess(row_max);
   const float adj = __uint_as_float(static_cast<uint32_t>(127 - d) << 23) * 16384.0f;
   if (tid < BT) s_back[tid] = __uint_as_float(static_cast<uint32_t>(127 + d) << 23);
+  // Unrolled as the compiler did unasked while tid was the plain threadIdx.x.
 #pragma unroll 4
   for (int i = tid; i < kb_count * BT; i += nthreads) {
     const int v = reinterpret_cast<const int*>(s_sx)[i];

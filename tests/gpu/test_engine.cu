@@ -1604,11 +1604,12 @@ TEST(Gemm2, OneRowKernelHoldsItsBlocksPerSm) {
   EXPECT_EQ(cd::gemm2_decode_blocks_per_sm(p), cd::kGemm2OneRowBlocksPerSm);
 }
 
-// Issue 4: the decode kernels, the hot kernels up to 32 tokens, keep nothing in local
-// memory (no spills, no stack): every class, activation and intermediate format that
-// launch_gemm1 / launch_gemm2 can pick, as this binary compiled them (ptxas's figure, read
-// back through the runtime). The exact prefill path's 32-token GEMM1 kernels, which take
-// 16..54 tokens, are not among them: they keep 4-16 bytes (PERFORMANCE.md).
+// Issue 4: the decode kernels (on Hopper the path below 16 tokens, heuristics.h
+// use_prefill) keep nothing in local memory (no spills, no stack): every class,
+// activation and intermediate format that launch_gemm1 / launch_gemm2 can pick, as this
+// binary compiled them (ptxas's figure, read back through the runtime). The exact prefill
+// path's 32-token GEMM1 kernels, which take 16..54 tokens, are not among them
+// (PERFORMANCE.md session 58).
 TEST(DecodeKernels, KeepNothingInLocalMemory) {
   REQUIRE_GPU();
   EXPECT_EQ(cd::gemm1_decode_local_bytes(), 0u);
