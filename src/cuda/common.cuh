@@ -1,12 +1,14 @@
 // common.cuh — error checking for every CUDA call and launch, the current-device
-// guards, a per-device cache, the test knobs' parsing and the device-pointer check, shared
-// by src/cuda/*.cu and src/ep/*.cu.
+// guards, a per-device cache, the test knobs' parsing, the kernels' local-memory query and
+// the device-pointer check, shared by src/cuda/*.cu and src/ep/*.cu.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <initializer_list>
 #include <type_traits>
 
 #include "mxmoe/error.h"
@@ -143,6 +145,18 @@ inline int env_knob(const char* name, int lo, int hi, int fallback) {
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   return end != v && *end == 0 && n >= lo && n <= hi ? static_cast<int>(n) : fallback;
+}
+
+/// The most local memory per thread (bytes: spills and stack frame) among `kernels`, as
+/// this binary compiled them for the current device; for tests.
+inline size_t most_local_bytes(std::initializer_list<const void*> kernels) {
+  size_t most = 0;
+  for (const void* kernel : kernels) {
+    cudaFuncAttributes a{};
+    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    most = std::max(most, a.localSizeBytes);
+  }
+  return most;
 }
 
 /// Rejects pointers the driver knows are not usable on `dev` (plain host memory, another

@@ -1099,22 +1099,16 @@ void check_gemm1_fp8_kernel() {
 
 size_t gemm1_decode_local_bytes() {
   size_t most = 0;
-  auto take = [&](const void* kernel) {
-    cudaFuncAttributes a{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-    most = std::max(most, a.localSizeBytes);
-  };
   for_each_activation_kind([&](auto k) {  // the kernels of launch_gemm1's decode classes
     constexpr int kAct = decltype(k)::value;
-    for (const void* kernel : {reinterpret_cast<const void*>(gemm1_balanced_kernel<4, false, kAct>),
-                               reinterpret_cast<const void*>(gemm1_balanced_kernel<4, true, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<1, 8, false, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<1, 8, true, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<2, 4, false, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<2, 4, true, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<4, 3, false, kAct>),
-                               reinterpret_cast<const void*>(gemm1_fast_kernel<4, 3, true, kAct>)})
-      take(kernel);
+    most = std::max(most, most_local_bytes({reinterpret_cast<const void*>(gemm1_balanced_kernel<4, false, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_balanced_kernel<4, true, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<1, 8, false, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<1, 8, true, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<2, 4, false, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<2, 4, true, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<4, 3, false, kAct>),
+                                            reinterpret_cast<const void*>(gemm1_fast_kernel<4, 3, true, kAct>)}));
   });
   return most;
 }

@@ -433,18 +433,12 @@ int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
 }
 
 size_t gemm2_decode_local_bytes() {
-  size_t most = 0;
   // The kernels of launch_gemm2's decode classes (with_eight_row_kernel's three for 8-row tiles).
-  for (const void* kernel : {reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, false>),
-                             reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, true, false>),
-                             reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, true>),
-                             reinterpret_cast<const void*>(gemm2_fast_kernel<2, 4, false, false>),
-                             reinterpret_cast<const void*>(gemm2_fast_kernel<4, 3, false, false>)}) {
-    cudaFuncAttributes a{};
-    MXMOE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-    most = std::max(most, a.localSizeBytes);
-  }
-  return most;
+  return most_local_bytes({reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, false>),
+                           reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, true, false>),
+                           reinterpret_cast<const void*>(gemm2_fast_kernel<1, 4, false, true>),
+                           reinterpret_cast<const void*>(gemm2_fast_kernel<2, 4, false, false>),
+                           reinterpret_cast<const void*>(gemm2_fast_kernel<4, 3, false, false>)});
 }
 
 void check_gemm2_fp8_kernel() {
