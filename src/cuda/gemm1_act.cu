@@ -638,7 +638,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   const int g = lane >> 2, t = lane & 3, half = warp & 1;
   const int rg = tile.rb * kPfRowGroups + 2 * wg + (warp >> 1);
   const bool rg_ok = rg < p.w13.rg;
-  const int e = tile.e, count = p.counts[e], off = p.offsets[e];
+  const int e = tile.e;
   const int64_t N = p.intermediate;
   const float alpha = p.alpha[e], beta = p.beta[e], limit = p.limit[e];
   const float* bias = p.bias && rg_ok ? p.bias + static_cast<size_t>(e) * 2 * N + 64 * rg : nullptr;
@@ -656,7 +656,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   named_barrier_sync(barrier, 128);  // s_back (copied by the whole warpgroup) is complete
   // Token blocks of 8 past the tile's rows are skipped (warp-uniform; both warps of a row
   // group skip the same ones): at small M most of a tile is padding.
-  const int rows_left = rg_ok ? count - tile.tt * kTok : 0;
+  const int rows_left = rg_ok ? p.counts[e] - tile.tt * kTok : 0;
   // 96- and 128-token tiles: one rolled loop per half of the tile (kHalf: its first block is
   // kHalf * kHalfBlocks). Smaller tiles keep one loop: their loops run 1 or 2 times, so
   // the second loop's code is fetched cold for every tile (M=32: GEMM1 +7%,
@@ -730,8 +730,14 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   pass1_half(std::integral_constant<int, 0>{});
   if constexpr (kHalves == 2) pass1_half(std::integral_constant<int, 1>{});
   [[maybe_unused]] ColumnScales<kTok> scales;
+  if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
+  // The expert's first row, loaded only now (after pass 1's barrier), its latency under
+  // the scales' computation, and its count read only where it is used: loaded at the top
+  // with the other per-expert values and held over pass 1, one of them was spilled at the
+  // 32-token tile's 104 registers; loaded after the scales, the load's latency showed
+  // (PERFORMANCE.md session 58).
+  const int off = p.offsets[e];
   if constexpr (kFp8Inter) {
-    named_barrier_sync(barrier, 128);
     const float* s_amax_pair = s_amax + (wg * 4 + (warp ^ 1)) * kPfTokens;
     scales.compute(rows_left, p.rule, [&](int n) { return fmaxf(s_amax_w[n], s_amax_pair[n]); });
   }
@@ -785,7 +791,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
       const int dr = 8 * (j0 + jj) + odd;  // this lane's row - row0
       const uint32_t mine = odd ? bf[jj][1] : bf[jj][0];
       const uint32_t lo = odd ? other[jj] : mine, hi = odd ? mine : other[jj];  // elements g & ~1, g | 1
-      if (rg_ok && row0 + dr < count)
+      if (dr < rows_left - 2 * t)  // row0 + dr < count, and rg_ok (rows_left 0 otherwise)
         *reinterpret_cast<uint2*>(staged + dr * ib32) =
             make_uint2((lo & 0xFFFFu) | (hi << 16), (lo >> 16) | (hi & 0xFFFF0000u));
     }
@@ -799,7 +805,7 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   // belongs to the row group after the last (rg_ok false).
   if (!rg_ok && 32 * rg < p.ib_stride) {
     for (int dr = odd; dr < kTok - 2 * t; dr += 8)
-      if (row0 + dr < count) *reinterpret_cast<uint2*>(staged + dr * ib32) = make_uint2(0u, 0u);
+      if (row0 + dr < p.counts[e]) *reinterpret_cast<uint2*>(staged + dr * ib32) = make_uint2(0u, 0u);
   }
   named_barrier_sync(barrier, 128);  // s_amax and s_back are rewritten for the next tile
 }
