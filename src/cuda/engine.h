@@ -111,6 +111,10 @@ void check_gemm2_prefill_kernels();
 /// intermediate format; for tests (issue 4: no spills in the hot kernels).
 size_t gemm1_decode_local_bytes();
 size_t gemm2_decode_local_bytes();
+/// The same for the exact prefill path's kernels, every token tile: GEMM1's of activation
+/// kind `kind` (am::with_activation_kind's values) in both intermediate formats, GEMM2's.
+size_t gemm1_prefill_local_bytes(int kind);
+size_t gemm2_prefill_local_bytes();
 struct Fp8MatView {
   const uint8_t* codes = nullptr;
   const float* scale = nullptr;  // per row and group, or per row (row_scale)

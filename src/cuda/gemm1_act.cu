@@ -1132,6 +1132,19 @@ void check_gemm1_prefill_kernels() {
   });
 }
 
+size_t gemm1_prefill_local_bytes(int kind) {
+  size_t most = 0;
+  am::with_activation_kind(kind, [&](auto k) {
+    constexpr int kAct = decltype(k)::value;
+    for_each_prefill_tile([&](auto t) {
+      constexpr int kTok = decltype(t)::value;
+      most = std::max(most, most_local_bytes({reinterpret_cast<const void*>(gemm1_prefill_kernel<false, kTok, kAct>),
+                                              reinterpret_cast<const void*>(gemm1_prefill_kernel<true, kTok, kAct>)}));
+    });
+  });
+  return most;
+}
+
 bool prefill_kernels_available() {
   cudaFuncAttributes a{};
   if (cudaFuncGetAttributes(&a, gemm1_prefill_kernel<true, kPfTokens, 0>) != cudaSuccess) {

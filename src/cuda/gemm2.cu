@@ -419,6 +419,14 @@ void check_gemm2_prefill_kernels() {
   });
 }
 
+size_t gemm2_prefill_local_bytes() {
+  size_t most = 0;
+  for_each_prefill_tile([&](auto t) {
+    most = std::max(most, most_local_bytes({reinterpret_cast<const void*>(gemm2_prefill_kernel<decltype(t)::value>)}));
+  });
+  return most;
+}
+
 int gemm2_decode_blocks_per_sm(const Gemm2Params& p) {
   // The kernel launch_gemm2 picks for 8-row tiles (or one-row ones), with its shared memory.
   return with_eight_row_kernel(p, [&](auto narrow_c, auto one_row_c) {

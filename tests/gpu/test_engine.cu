@@ -1607,13 +1607,24 @@ TEST(Gemm2, OneRowKernelHoldsItsBlocksPerSm) {
 // Issue 4: the decode kernels (on Hopper the path below 16 tokens, heuristics.h
 // use_prefill) keep nothing in local memory (no spills, no stack): every class,
 // activation and intermediate format that launch_gemm1 / launch_gemm2 can pick, as this
-// binary compiled them (ptxas's figure, read back through the runtime). The exact prefill
-// path's 32-token GEMM1 kernels, which take 16..54 tokens, are not among them
-// (PERFORMANCE.md session 58).
+// binary compiled them (ptxas's figure, read back through the runtime).
 TEST(DecodeKernels, KeepNothingInLocalMemory) {
   REQUIRE_GPU();
   EXPECT_EQ(cd::gemm1_decode_local_bytes(), 0u);
   EXPECT_EQ(cd::gemm2_decode_local_bytes(), 0u);
+}
+
+// Issue 4 as well: from 16 tokens the exact prefill path runs (its 32-token tile takes
+// 16..54), and its kernels keep nothing in local memory for Kimi-K3's activation (SiTU
+// at alpha 4, the kind layer.cu resolves when every local expert has alpha 4), SiTU of
+// mixed alphas and SiLU-gated, every tile and intermediate format; GEMM2's neither.
+// SwiGLU-OAI (kind 1) and SiTU at one other alpha (kind 4) still keep 4 / 16 bytes in
+// the 32-token tile with an MXFP8 intermediate (PERFORMANCE.md session 59).
+TEST(PrefillKernels, KeepNothingInLocalMemory) {
+  REQUIRE_GPU();
+  if (!cd::prefill_kernels_available()) GTEST_SKIP() << "the exact prefill kernels are built for sm_90a only";
+  for (int kind : {0, 2, am::kActSituAlpha4}) EXPECT_EQ(cd::gemm1_prefill_local_bytes(kind), 0u) << "kind " << kind;
+  EXPECT_EQ(cd::gemm2_prefill_local_bytes(), 0u);
 }
 
 // Stage timings on Kimi-K3 decode shapes (E_local 28, K 3584, N 3072, top-16) with
