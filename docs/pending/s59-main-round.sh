@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Main 8791ac4 (the decode kernels without local memory; f7e295f and later change comments
-# and docs only) on whatever GPU comes: the issues' figures count only on an H200. Pack
-# from a build of main (mxmoe_cli and the GPU test binaries; session 58 built it in
-# /tmp/s57-k):
-#   tar cf - m/mxmoe m/test_engine m/test_suite_cuda m/test_error_flags m/test_layer_args | xz -9e > .gpubin/s58m/bins.tar.xz
-#   cp docs/pending/s58-main-round.sh docs/pending/round_lib.sh .gpubin/s58m/; a BUILT file
-# then: ROUND_S=<the call's limit> bash .gpubin/s58m/s58-main-round.sh with carry
-# [".gpubin/s58m"] (~450 s with the whole test_engine). Order: the quick test binaries,
+# Main 5be37c9 (session 58's code: the decode kernels without local memory, and
+# common.cuh most_local_bytes) on whatever GPU comes: the issues' figures count only on an H200. Pack
+# from a build of main (mxmoe_cli and the GPU test binaries; session 59 packed it from
+# /tmp/s57-k/build-gpu):
+#   tar cf - m/mxmoe m/test_engine m/test_suite_cuda m/test_error_flags m/test_layer_args | xz -9e > .gpubin/s59m/bins.tar.xz
+#   cp docs/pending/s59-main-round.sh docs/pending/round_lib.sh .gpubin/s59m/; a BUILT file
+# then: ROUND_S=<the call's limit> bash .gpubin/s59m/s59-main-round.sh with carry
+# [".gpubin/s59m"] (~450 s with the whole test_engine). Order: the quick test binaries,
 # then main's figures beside the PyTorch baseline of the same run (the issues' sizes),
 # then test_suite_cuda, then test_engine with what is left of the call.
 set -u
-B=/tmp/b58m; mkdir -p $B && tar xJf .gpubin/s58m/bins.tar.xz -C $B; m=$B/m
+B=/tmp/b59m; mkdir -p $B && tar xJf .gpubin/s59m/bins.tar.xz -C $B; m=$B/m
 . "$(dirname "$0")/round_lib.sh"
-note "main $(cat .gpubin/s58m/BUILT)"
+note "main $(cat .gpubin/s59m/BUILT)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
 for t in test_layer_args test_error_flags; do
   timeout 30 $m/$t --gtest_brief=1 > $L/$t.log 2>&1; note "$t rc=$? $(passed $L/$t.log) $(el)"
