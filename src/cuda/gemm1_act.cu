@@ -731,11 +731,11 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
   if constexpr (kHalves == 2) pass1_half(std::integral_constant<int, 1>{});
   [[maybe_unused]] ColumnScales<kTok> scales;
   if constexpr (kFp8Inter) named_barrier_sync(barrier, 128);
-  // The expert's first row, loaded only now (after pass 1's barrier), its latency under
-  // the scales' computation, and its count read only where it is used: loaded at the top
-  // with the other per-expert values and held over pass 1, one of them was spilled at the
-  // 32-token tile's 104 registers; loaded after the scales, the load's latency showed
-  // (PERFORMANCE.md session 58).
+  // The expert's first row is loaded only after pass 1 (with an MXFP8 intermediate, right
+  // after its barrier, so the load's latency hides under the column scales' computation),
+  // and its count is read where it is used. Both loaded at the top and held over pass 1,
+  // one was spilled at the 32-token tile's 104 registers; the first row loaded after the
+  // scales, its latency showed (PERFORMANCE.md sessions 58 and 59).
   const int off = p.offsets[e];
   if constexpr (kFp8Inter) {
     const float* s_amax_pair = s_amax + (wg * 4 + (warp ^ 1)) * kPfTokens;
