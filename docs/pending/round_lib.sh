@@ -22,7 +22,25 @@ pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures
 gtests() { timeout $4 $2/test_engine --gtest_brief=1 --gtest_filter="$3" > $L/${1}_tests.log 2>&1
   note "$1 test_engine $3 rc=$? $(passed $L/${1}_tests.log) $(el)"; grep -E "FAILED|Failure" $L/${1}_tests.log | head -5 | tee -a $S; }
-# memcheck NAME BIN FILTER: compute-sanitizer memcheck of BIN's test_engine on FILTER
-memcheck() { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $2/test_engine --gtest_brief=1 \
-    --gtest_filter="$3" > $L/${1}_memcheck.log 2>&1
-  note "$1 memcheck rc=$? $(grep -E 'ERROR SUMMARY' $L/${1}_memcheck.log | tr '\n' ' ') $(passed $L/${1}_memcheck.log) $(el)"; }
+# sancheck NAME BIN TOOL FILTER: compute-sanitizer TOOL (memcheck, racecheck, synccheck) of
+# BIN's test_engine on FILTER, its summary line and verdict
+sancheck() { timeout 60 compute-sanitizer --tool $3 --error-exitcode 9 $2/test_engine --gtest_brief=1 \
+    --gtest_filter="$4" > $L/${1}_$3.log 2>&1
+  note "$1 $3 rc=$? $(grep -E 'SUMMARY' $L/${1}_$3.log | tr '\n' ' ') $(passed $L/${1}_$3.log) $(el)"; }
+# memcheck NAME BIN FILTER: sancheck's memcheck
+memcheck() { sancheck "$1" "$2" memcheck "$3"; }
+# f8_table BASE V...: the f8 rounds' graph times per M, each variant against BASE (medians)
+f8_table() { python3 - $L "$@" <<'PY' | tee -a $S
+import json, sys, glob, statistics as st
+L, vs = sys.argv[1], sys.argv[2:]; t = {}
+for f in sorted(glob.glob(L + '/*_f8_*.json')):
+    v = f.split('/')[-1].split('_')[0]
+    for c in json.load(open(f))['cases']:
+        if c['mode'] == 'graph': t.setdefault((c['tokens'], v), []).append(c['median_us'])
+print('| M | ' + ' | '.join(vs) + ' | ' + ' | '.join('%s vs %s' % (v, vs[0]) for v in vs[1:]) + ' |')
+for M in sorted({k[0] for k in t}):
+    g = {v: t.get((M, v), [float('nan')]) for v in vs}
+    print('| %d | %s | %s |' % (M, ' | '.join(' / '.join('%.1f' % x for x in g[v]) for v in vs),
+          ' | '.join('%+.1f%%' % (100 * (st.median(g[v]) / st.median(g[vs[0]]) - 1)) for v in vs[1:])))
+PY
+}
