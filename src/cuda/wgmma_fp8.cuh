@@ -173,10 +173,6 @@ struct F8Tiles {
   static __device__ __forceinline__ bool skipped(const F8Operands& o, const PfTile& t) {
     return kPaired && t.rb >= o.rb_count();
   }
-  /// Tile `ti` of the walk (pf_tile; `rows`, if given: its routed rows).
-  static __device__ __forceinline__ PfTile tile(const F8Operands& o, uint32_t ti, PfWalk& at, int* rows = nullptr) {
-    return pf_tile(o.counts, o.num_local, span(o), static_cast<int>(ti), at, rows);
-  }
 };
 
 /// Arrivals that complete a stage: the producer thread's arming of the TMA bytes (every
@@ -261,7 +257,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   PfWalk at;
   using Tiles = F8Tiles<kPaired>;
   for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
-    const PfTile t = Tiles::tile(o, ti, at);
+    const PfTile t = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
     if (t.e < 0) break;
     if (Tiles::skipped(o, t)) continue;
     const int brow0 = o.tile_first_row(t);
@@ -311,35 +307,24 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   float part[64];  // overwritten by each group's first wgmma (accumulate 0)
 #pragma unroll
   for (int j = 0; j < 64; ++j) part[j] = 0.0f;
-  // Everything the group loop addresses, from 32-bit shared addresses set up here: stage
-  // 0's descriptors (stage s's start address, their low field in 16-byte units, is s *
-  // kF8StageBytes / 16 further; the high word is the same for both), the barriers and
-  // the token scales. Through generic pointers ptxas rebuilt the ring's base in every
-  // group once f8_run's consumers had a second loop (f8_pass_groups): +6 instructions a
-  // group in GEMM2 (SASS, session 60).
-  const uint64_t da0 = smem_desc_k128(ring.stages + kF8StageB + 64 * wg * kF8Group);
-  const uint64_t db0 = smem_desc_k128(ring.stages + kF8StageA);
-  const uint32_t da_lo = static_cast<uint32_t>(da0), db_lo = static_cast<uint32_t>(db0);
-  const uint64_t desc_hi = da0 & 0xFFFFFFFF00000000ull;
-  const uint32_t stages0 = smem_addr(ring.stages), full0 = smem_addr(ring.full), empty0 = smem_addr(ring.empty);
   for (int kg = 0; kg < groups; ++kg) {
     const int s = cur.stage;
-    mbar_wait_at(full0 + 8 * s, cur.phase);
+    mbar_wait(&ring.full[s], cur.phase);
     // No proxy fence: both operands are TMA (async-proxy) writes, ordered before the
     // wgmmas by the barrier's completion; the scales, TMA or bulk-copy writes as well, are
     // read by LDS after the same wait. (Dropping it from GEMM2 took the FP8 layer -2.6% at
     // M=4096, session 40.)
     const uint8_t* st = ring.stages + s * kF8StageBytes;
-    const uint64_t da = desc_hi | (da_lo + static_cast<uint32_t>(s * (kF8StageBytes >> 4)));
-    const uint64_t db = desc_hi | (db_lo + static_cast<uint32_t>(s * (kF8StageBytes >> 4)));
+    const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
+    const uint64_t db = smem_desc_k128(st + kF8StageA);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kF8Group / 32; ++ks)  // a k32 step moves 32 bytes along the row
       wgmma_m64n128k32_e4m3_ss(part, da + 2 * ks, db + 2 * ks, ks);
     wgmma_commit();
     const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
-    const uint32_t sbx = stages0 + s * kF8StageBytes + kF8StageSB + 4 * (scale_shift + tok);
-    const float sx0 = __uint_as_float(lds_u32(sbx)), sx1 = __uint_as_float(lds_u32(sbx + 32));
+    const float* sb = reinterpret_cast<const float*>(st + kF8StageSB) + scale_shift;
+    const float sx0 = sb[tok], sx1 = sb[tok + 8];
     wgmma_wait<0>();
     acc_fence(part);
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
@@ -356,17 +341,7 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     }
     // The stage goes back once the wgmmas (which read it asynchronously) and the scale
     // reads are done.
-    mbar_arrive_at(empty0 + 8 * s);
-    cur.advance();
-  }
-}
-
-/// A consumer's tile without work (f8_run): each group's stage handed back once full (the
-/// full wait keeps this warpgroup's arrivals in the stage's current round).
-__device__ __forceinline__ void f8_pass_groups(const F8Ring& ring, F8Cursor& cur, int groups) {
-  for (int kg = 0; kg < groups; ++kg) {
-    mbar_wait(&ring.full[cur.stage], cur.phase);
-    mbar_arrive(&ring.empty[cur.stage]);
+    mbar_arrive(&ring.empty[s]);
     cur.advance();
   }
 }
@@ -426,7 +401,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
       PfWalk at;
       uint32_t k = 0;
       for (uint32_t ti = F8Tiles<true>::first();; ti = F8Tiles<true>::after(ti)) {
-        const PfTile tile = F8Tiles<true>::tile(o, ti, at);
+        const PfTile tile = pf_tile(o.counts, o.num_local, F8Tiles<true>::span(o), static_cast<int>(ti), at);
         if (tile.e < 0) break;
         if (F8Tiles<true>::skipped(o, tile)) continue;
         mbar_wait(ring.staged_full, k & 1u);
@@ -443,21 +418,16 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
   using Tiles = F8Tiles<kDrain>;  // GEMM1's in pairs
   uint32_t k = 0;
   for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
-    int rows = 0;
-    const PfTile tile = Tiles::tile(o, ti, at, &rows);
+    const PfTile tile = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
     if (tile.e < 0) break;
     if (Tiles::skipped(o, tile)) continue;
-    // A tile of at most 64 routed rows leaves consumer 1 only padding tokens: it passes
-    // the stages on without a wgmma, so that consumer 0's wgmmas have the tensor cores alone,
-    // and stores nothing (GEMM1's drain reads only the tile's rows).
-    const bool idle = wg == 2 && rows <= 64;
     float acc[64];
-    if (idle) f8_pass_groups(ring, cur, o.groups);
-    else f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1, f8_token_scale_shift(o.tile_first_row(tile)));
+    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1,
+                           f8_token_scale_shift(o.tile_first_row(tile)));
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }
-    if (!idle) epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
+    epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
     if constexpr (kDrain) mbar_arrive(ring.staged_full);
     ++k;
   }
