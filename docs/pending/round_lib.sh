@@ -29,6 +29,14 @@ sancheck() { timeout 60 compute-sanitizer --tool $3 --error-exitcode 9 $2/test_e
   note "$1 $3 rc=$? $(grep -E 'SUMMARY' $L/${1}_$3.log | tr '\n' ' ') $(passed $L/${1}_$3.log) $(el)"; }
 # memcheck NAME BIN FILTER: sancheck's memcheck
 memcheck() { sancheck "$1" "$2" memcheck "$3"; }
+# ncu_fp8 NAME BIN M [SECONDS]: ncu of BIN's gemm1_fp8 / gemm2_fp8 over one bench call at M
+# (duration and executed instructions, unmodified clocks) as $L/ncu_NAME_M_<n>.csv, for
+# ncu_table.py (session 62)
+ncu_fp8() { local n; n=$(ls $L/ncu_${1}_${3}_*.csv 2>/dev/null | wc -l)
+  timeout ${4:-40} ncu --clock-control none --kernel-name regex:'gemm[12]_fp8' \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
+    $2/mxmoe bench --tokens $3 --iterations 1 --precision fp8 > $L/ncu_${1}_${3}_$n.csv 2>&1
+  note "ncu $1 $3 rc=$? $(el)"; }
 # f8_table BASE V...: the f8 rounds' graph times per M, each variant against BASE (medians)
 f8_table() { python3 - $L "$@" <<'PY' | tee -a $S
 import json, sys, glob, statistics as st

@@ -13,12 +13,8 @@ B=/tmp/b62e; mkdir -p $B && [ -x $B/e/mxmoe ] || tar xJf "$(dirname "$0")/bins.t
 . "$(dirname "$0")/round_lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
 for vm in m:4096 e:4096 e:4096 m:4096; do
-  v=${vm%:*}; m=${vm#*:}; n=$(ls $L/ncu_${v}_${m}_*.csv 2>/dev/null | wc -l)
-  left 100 "ncu $v $m" || continue
-  timeout 40 ncu --clock-control none --kernel-name regex:'gemm[12]_fp8' \
-    --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
-    $B/$v/mxmoe bench --tokens $m --iterations 1 --precision fp8 > $L/ncu_${v}_${m}_$n.csv 2>&1
-  note "ncu $v $m rc=$? $(el)"
+  v=${vm%:*}; m=${vm#*:}
+  left 100 "ncu $v $m" && ncu_fp8 $v $B/$v $m
 done
 python3 "$(dirname "$0")/ncu_table.py" $L m e | tee -a $S
 left 120 "e's FP8 tests" && gtests e $B/e 'Fp8Mode.*' 140

@@ -9,12 +9,8 @@ B=/tmp/b60c; mkdir -p $B && [ -x $B/c/mxmoe ] || tar xJf "$(dirname "$0")/bins.t
 . "$(dirname "$0")/round_lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
 for vm in m:4096 c:4096 c:512 m:512 m:4096 c:4096; do
-  v=${vm%:*}; m=${vm#*:}; n=$(ls $L/ncu_${v}_${m}_*.csv 2>/dev/null | wc -l)
-  left 420 "ncu $v $m" || continue
-  timeout 60 ncu --clock-control none --kernel-name regex:'gemm[12]_fp8' \
-    --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
-    $B/$v/mxmoe bench --tokens $m --iterations 1 --precision fp8 > $L/ncu_${v}_${m}_$n.csv 2>&1
-  note "ncu $v $m rc=$? $(el)"
+  v=${vm%:*}; m=${vm#*:}
+  left 420 "ncu $v $m" && ncu_fp8 $v $B/$v $m 60
 done
-python3 "$(dirname "$0")/ncu_table.py" $L m c | tee -a $S  # (as run: the same table, inline)
+python3 "$(dirname "$0")/ncu_table.py" $L m c | tee -a $S  # as run: the ncu call and this table inline (round_lib.sh ncu_fp8 and ncu_table.py since)
 pack_logs
