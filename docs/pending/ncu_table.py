@@ -1,6 +1,6 @@
 """ncu_table.py DIR BASE OTHER: the medians of gemm1_fp8 / gemm2_fp8's duration and
 executed instructions per variant and M, from DIR's ncu_<variant>_<M>_<n>.csv
-(s62-ncu.sh, s62-d-round.sh), OTHER against BASE."""
+(s62-ncu.sh, s62-e-round.sh, s63-ex-round.sh), OTHER against BASE."""
 import collections, csv, glob, os, statistics, sys
 
 d, base, other = sys.argv[1], sys.argv[2], sys.argv[3]

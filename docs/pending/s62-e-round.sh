@@ -5,9 +5,10 @@
 # ~8 uniform instructions) in every group and at every tile's start, as it did in 51389be
 # (GEMM2's group loop: 99 instructions, main 109, 51389be 110). Against main 610a4e0 (m):
 # ncu of gemm1_fp8 / gemm2_fp8 at M=4096 (51389be: +0.7% in both), e's FP8 GPU tests,
-# then the layer in alternating rounds as time allows (~280 s in all). Pack: tar cf - m/mxmoe e/mxmoe
-# e/test_engine | xz -T2 -6 > .gpubin/s62e/bins.tar.xz (with ncu_table.py and
-# round_lib.sh beside); run: bash .gpubin/s62e/s62-e-round.sh, carry [".gpubin/s62e"].
+# then the layer in alternating rounds as time allows (~280 s in all). Pack:
+#   tar cf - m/mxmoe e/mxmoe e/test_engine | xz -T2 -6 > .gpubin/s62e/bins.tar.xz
+# with ncu_table.py and round_lib.sh beside it; run: bash .gpubin/s62e/s62-e-round.sh,
+# carry [".gpubin/s62e"].
 set -u
 B=/tmp/b62e; mkdir -p $B && [ -x $B/e/mxmoe ] || tar xJf "$(dirname "$0")/bins.tar.xz" -C $B
 . "$(dirname "$0")/round_lib.sh"
