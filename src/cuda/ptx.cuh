@@ -196,24 +196,27 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+/// mbar_arrive on a barrier's 32-bit shared address.
+__device__ __forceinline__ void mbar_arrive_at(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive_at(smem_addr(bar)); }
 /// Spins until the phase with parity `parity` of `bar` has completed. The loop is in the
 /// asm, so that each retry is the try_wait and its branch: with the loop in C++, ptxas
 /// recomputed the barrier's shared address (7 uniform instructions) on every retry, and
 /// the FP8 GEMM1's consumers spent 17% of all the kernel's issued instructions retrying
-/// (ncu, session 38).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+/// (ncu, session 38). `bar`: the barrier's 32-bit shared address (mbar_wait: its pointer).
+__device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred p;\n"
       "mxmoe_mbar_retry:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
       "@!p bra mxmoe_mbar_retry;\n}\n"
       :
-      : "r"(smem_addr(bar)), "r"(parity)
+      : "r"(bar), "r"(parity)
       : "memory");
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait_at(smem_addr(bar), parity); }
 /// Shared-memory loads from a 32-bit shared address, ordered after earlier volatile asm
 /// (barrier waits) like the memory accesses they stand for.
 __device__ __forceinline__ uint4 lds_u4(uint32_t addr) {

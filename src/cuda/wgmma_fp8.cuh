@@ -173,6 +173,10 @@ struct F8Tiles {
   static __device__ __forceinline__ bool skipped(const F8Operands& o, const PfTile& t) {
     return kPaired && t.rb >= o.rb_count();
   }
+  /// Tile `ti` of the walk (pf_tile; `rows`, if given: its routed rows).
+  static __device__ __forceinline__ PfTile tile(const F8Operands& o, uint32_t ti, PfWalk& at, int* rows = nullptr) {
+    return pf_tile(o.counts, o.num_local, span(o), static_cast<int>(ti), at, rows);
+  }
 };
 
 /// Arrivals that complete a stage: the producer thread's arming of the TMA bytes (every
@@ -257,7 +261,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   PfWalk at;
   using Tiles = F8Tiles<kPaired>;
   for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
-    const PfTile t = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
+    const PfTile t = Tiles::tile(o, ti, at);
     if (t.e < 0) break;
     if (Tiles::skipped(o, t)) continue;
     const int brow0 = o.tile_first_row(t);
@@ -286,6 +290,32 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
   }
 }
 
+/// What a consumer's group loop addresses (f8_mainloop, f8_pass_groups), as 32-bit shared
+/// addresses set up once per kernel (f8_group_addrs): stage 0's wgmma descriptors (stage
+/// s's start address, their low field in 16-byte units, is s * kF8StageBytes / 16 further;
+/// the high word is the same for both), the stages and the barriers. Why so (SASS):
+/// through generic pointers ptxas rebuilt the ring's base in every group once f8_run's
+/// consumers had a second loop (f8_pass_groups; +6 instructions a group in GEMM2, session
+/// 60); from the shared symbol's address it re-derived the shared window's base (S2UR
+/// SR_CgaCtaId and ~8 uniform instructions) in every group and at every tile's start,
+/// and the FP8 kernels took 0.7% longer at M=4096 (ncu, session 62). A shuffle's result
+/// cannot be re-derived, so ptxas keeps these in uniform registers: GEMM2's group loop is
+/// 99 instructions (main before the narrow tiles: 109).
+struct F8GroupAddrs {
+  uint64_t desc_hi;        // both descriptors' high word
+  uint32_t da_lo, db_lo;   // stage 0's: the weights (this consumer's half), the tokens
+  uint32_t stages, full, empty;
+  const uint8_t* stages_p; // the stages by pointer (the group form's weight scales)
+};
+__device__ __forceinline__ F8GroupAddrs f8_group_addrs(const F8Ring& ring, int wg) {  // warp-uniform wg
+  const uint64_t da0 = smem_desc_k128(ring.stages + kF8StageB + 64 * wg * kF8Group);
+  const uint64_t db0 = smem_desc_k128(ring.stages + kF8StageA);
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  return F8GroupAddrs{da0 & 0xFFFFFFFF00000000ull, __shfl_sync(kAll, static_cast<uint32_t>(da0), 0),
+                      __shfl_sync(kAll, static_cast<uint32_t>(db0), 0), __shfl_sync(kAll, smem_addr(ring.stages), 0),
+                      __shfl_sync(kAll, smem_addr(ring.full), 0), __shfl_sync(kAll, smem_addr(ring.empty), 0), ring.stages};
+}
+
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = tokens
 /// [64 wg, 64 wg + 64) of the tile x the block's 128 weight rows over all groups, in the
 /// layout of wgmma m64n128 (warp w, lane (g, t): acc[4j + 2h + c] = token 64 wg + 16w +
@@ -298,7 +328,7 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// next to the wgmmas' own operand reads (ncu, session 37: the pipe 67-71% busy).
 /// The group form's weight scales are now the 32 per thread (16 LDS.64).
 template <bool kRowScale>
-__device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring, F8Cursor& cur,
+__device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8GroupAddrs& ad, F8Cursor& cur,
                                             int groups, int wg, int scale_shift) {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int tok = 64 * wg + 16 * warp + g;  // this thread's first token in the tile
@@ -309,22 +339,22 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
   for (int j = 0; j < 64; ++j) part[j] = 0.0f;
   for (int kg = 0; kg < groups; ++kg) {
     const int s = cur.stage;
-    mbar_wait(&ring.full[s], cur.phase);
+    mbar_wait_at(ad.full + 8 * s, cur.phase);
     // No proxy fence: both operands are TMA (async-proxy) writes, ordered before the
     // wgmmas by the barrier's completion; the scales, TMA or bulk-copy writes as well, are
     // read by LDS after the same wait. (Dropping it from GEMM2 took the FP8 layer -2.6% at
     // M=4096, session 40.)
-    const uint8_t* st = ring.stages + s * kF8StageBytes;
-    const uint64_t da = smem_desc_k128(st + kF8StageB + 64 * wg * kF8Group);
-    const uint64_t db = smem_desc_k128(st + kF8StageA);
+    const uint32_t st = ad.stages + s * kF8StageBytes;
+    const uint64_t da = ad.desc_hi | (ad.da_lo + static_cast<uint32_t>(s * (kF8StageBytes >> 4)));
+    const uint64_t db = ad.desc_hi | (ad.db_lo + static_cast<uint32_t>(s * (kF8StageBytes >> 4)));
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kF8Group / 32; ++ks)  // a k32 step moves 32 bytes along the row
       wgmma_m64n128k32_e4m3_ss(part, da + 2 * ks, db + 2 * ks, ks);
     wgmma_commit();
-    const float* sa = reinterpret_cast<const float*>(st + kF8StageSA);
-    const float* sb = reinterpret_cast<const float*>(st + kF8StageSB) + scale_shift;
-    const float sx0 = sb[tok], sx1 = sb[tok + 8];
+    const float* sa = reinterpret_cast<const float*>(ad.stages_p + s * kF8StageBytes + kF8StageSA);
+    const uint32_t sbx = st + kF8StageSB + 4 * (scale_shift + tok);
+    const float sx0 = __uint_as_float(lds_u32(sbx)), sx1 = __uint_as_float(lds_u32(sbx + 32));
     wgmma_wait<0>();
     acc_fence(part);
     // (sum * s_w) * s_x: the weight scale is at most 2 (weights' bytes <= 128), so the
@@ -341,7 +371,17 @@ __device__ __forceinline__ void f8_mainloop(float (&acc)[64], const F8Ring& ring
     }
     // The stage goes back once the wgmmas (which read it asynchronously) and the scale
     // reads are done.
-    mbar_arrive(&ring.empty[s]);
+    mbar_arrive_at(ad.empty + 8 * s);
+    cur.advance();
+  }
+}
+
+/// A consumer's tile without work (f8_run): each group's stage handed back once full (the
+/// full wait keeps this warpgroup's arrivals in the stage's current round).
+__device__ __forceinline__ void f8_pass_groups(const F8GroupAddrs& ad, F8Cursor& cur, int groups) {
+  for (int kg = 0; kg < groups; ++kg) {
+    mbar_wait_at(ad.full + 8 * cur.stage, cur.phase);
+    mbar_arrive_at(ad.empty + 8 * cur.stage);
     cur.advance();
   }
 }
@@ -401,7 +441,7 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
       PfWalk at;
       uint32_t k = 0;
       for (uint32_t ti = F8Tiles<true>::first();; ti = F8Tiles<true>::after(ti)) {
-        const PfTile tile = pf_tile(o.counts, o.num_local, F8Tiles<true>::span(o), static_cast<int>(ti), at);
+        const PfTile tile = F8Tiles<true>::tile(o, ti, at);
         if (tile.e < 0) break;
         if (F8Tiles<true>::skipped(o, tile)) continue;
         mbar_wait(ring.staged_full, k & 1u);
@@ -413,21 +453,27 @@ __device__ __forceinline__ void f8_run(const F8Operands& o, uint8_t* dyn_smem, E
     }
   }
   setmaxnreg_inc<Cta::kConsumerRegs>();
+  const F8GroupAddrs ad = f8_group_addrs(ring, wg - 1);
   F8Cursor cur;
   PfWalk at;
   using Tiles = F8Tiles<kDrain>;  // GEMM1's in pairs
   uint32_t k = 0;
   for (uint32_t ti = Tiles::first();; ti = Tiles::after(ti)) {
-    const PfTile tile = pf_tile(o.counts, o.num_local, Tiles::span(o), static_cast<int>(ti), at);
+    int rows = 0;
+    const PfTile tile = Tiles::tile(o, ti, at, &rows);
     if (tile.e < 0) break;
     if (Tiles::skipped(o, tile)) continue;
+    // A tile of at most 64 routed rows leaves consumer 1 only padding tokens: it passes
+    // the stages on without a wgmma, so that consumer 0's wgmmas have the tensor cores alone,
+    // and stores nothing (GEMM1's drain reads only the tile's rows).
+    const bool idle = wg == 2 && rows <= 64;
     float acc[64];
-    f8_mainloop<kRowScale>(acc, ring, cur, o.groups, wg - 1,
-                           f8_token_scale_shift(o.tile_first_row(tile)));
+    if (idle) f8_pass_groups(ad, cur, o.groups);
+    else f8_mainloop<kRowScale>(acc, ad, cur, o.groups, wg - 1, f8_token_scale_shift(o.tile_first_row(tile)));
     if constexpr (kDrain) {
       if (k > 0) mbar_wait(ring.staged_empty, (k - 1) & 1u);  // the drain has read tile k - 1
     }
-    epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
+    if (!idle) epilogue(acc, F8RowScales<kRowScale>(o, tile), tile, wg - 1, ring);
     if constexpr (kDrain) mbar_arrive(ring.staged_full);
     ++k;
   }

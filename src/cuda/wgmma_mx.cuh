@@ -144,15 +144,18 @@ struct PfWalk {
 /// ~3 us between items at Kimi's 28 experts (session 26 timeline), on the consumers'
 /// path and at every item of the producer. Starts at `at` (a tile before it: at expert
 /// 0) and moves it to tile i's expert.
+/// `tile_rows` (if given): the tile's routed rows, 1..kTok (past them its rows are padding).
 template <int kTok = kPfTokens>
-__device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i, PfWalk& at) {
+__device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, int rb_count, int i, PfWalk& at,
+                                          int* tile_rows = nullptr) {
   constexpr uint32_t kWarp = 0xFFFFFFFFu;
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (i < at.first) at = PfWalk{};
   int base = at.first;  // tiles before expert e0
   for (int e0 = at.e; e0 < num_local; e0 += 32) {
     const int e = e0 + lane;
-    const int n = e < num_local ? (counts[e] + kTok - 1) / kTok * rb_count : 0;
+    const int rows = e < num_local ? counts[e] : 0;
+    const int n = e < num_local ? (rows + kTok - 1) / kTok * rb_count : 0;
     int end = n;  // tiles of experts e0 .. e
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
@@ -164,7 +167,9 @@ __device__ __forceinline__ PfTile pf_tile(const int32_t* counts, int num_local, 
       const int l = __ffs(past) - 1;
       at = PfWalk{e0 + l, base + __shfl_sync(kWarp, end - n, l)};
       const int k = i - at.first;
-      return PfTile{at.e, k / rb_count, k % rb_count};
+      const int tt = k / rb_count;
+      if (tile_rows != nullptr) *tile_rows = min(kTok, __shfl_sync(kWarp, rows, l) - tt * kTok);
+      return PfTile{at.e, tt, k % rb_count};
     }
     base += __shfl_sync(kWarp, end, 31);
   }

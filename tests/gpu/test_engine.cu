@@ -2972,6 +2972,79 @@ TEST(Fp8Mode, FusedIntermediateAndScatteredRowsBitIdenticalToStagedOnes) {
   }
 }
 
+// A token tile of at most 64 routed rows leaves the FP8 kernels' second consumer
+// warpgroup only padding tokens: it passes the stages on without a wgmma and stores
+// nothing (wgmma_fp8.cuh f8_run). A token's output does not depend on the other tokens,
+// so the first M tokens' outputs must be bit for bit the same when 64 more tokens, routed
+// to experts 0..15, move those experts' last tiles across the 64-row line both ways (1 ->
+// 65 rows, 64 -> 128, 63 -> 127, 129 -> 193; 65 -> 129, 128 -> 192, 127 -> 191, ...).
+// The first forward is also judged against the float64 reference. SiTU, and SwiGLU-OAI
+// with biases (the epilogues' bias reads).
+TEST(Fp8Mode, NarrowTilesBitIdenticalToFullTiles) {
+  REQUIRE_FP8_MODE();
+  int seed = 1700;
+  for (Activation act : {Activation::SiTU, Activation::SwiGLU_OAI}) {
+    const MoeConfig cfg = fp8_cfg(act);
+    SCOPED_TRACE(cfg.describe());
+    const int64_t M = 160, extra = 64, E = cfg.num_experts, k = cfg.top_k, K = cfg.hidden;
+    ASSERT_EQ(E, 32);
+    ASSERT_EQ(k, 16);
+    // Rows of experts 0..15; the other 16 share the rest (81 or 82 each). Each token takes
+    // the k experts with the most rows left to deal (ties: the lower id), which meets every
+    // count here.
+    std::vector<int64_t> left = {1, 40, 64, 65, 128, 129, 63, 100, 150, 160, 2, 70, 127, 30, 96, 33};
+    int64_t rest = M * k;
+    for (int64_t v : left) rest -= v;
+    for (int64_t e = 16; e < E; ++e) left.push_back(rest / 16 + (e - 16 < rest % 16 ? 1 : 0));
+    Rng rng(static_cast<uint64_t>(seed++));
+    Routing r;
+    r.tokens = M + extra;
+    r.top_k = k;
+    for (int64_t t = 0; t < M; ++t) {
+      std::vector<int32_t> by_left(static_cast<size_t>(E));
+      for (int32_t e = 0; e < E; ++e) by_left[static_cast<size_t>(e)] = e;
+      std::stable_sort(by_left.begin(), by_left.end(), [&](int32_t a, int32_t b) { return left[a] > left[b]; });
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = by_left[static_cast<size_t>(j)];
+        ASSERT_GT(left[e], 0) << "token " << t;
+        --left[e];
+        r.ids.push_back(e);
+        r.weights.push_back(static_cast<float>(0.25 + rng.uniform()));
+      }
+    }
+    for (int64_t v : left) ASSERT_EQ(v, 0);
+    for (int64_t t = 0; t < extra; ++t)  // experts 0..15, in turns
+      for (int64_t j = 0; j < k; ++j) {
+        r.ids.push_back(static_cast<int32_t>((t + j) % 16));
+        r.weights.push_back(static_cast<float>(0.25 + rng.uniform()));
+      }
+    Routing first = r;
+    first.tokens = M;
+    first.ids.resize(static_cast<size_t>(M * k));
+    first.weights.resize(static_cast<size_t>(M * k));
+    const Activations x = make_activations(M + extra, K, static_cast<uint64_t>(seed++));
+    Activations x_first = x;
+    x_first.tokens = M;
+    x_first.bf16.resize(static_cast<size_t>(M * K));
+    const SyntheticLayer syn = make_synthetic_layer(cfg, static_cast<uint64_t>(seed++));
+    CudaMoeLayer layer(cfg, syn.weights);
+    ASSERT_TRUE(cd::use_fp8_prefill(M, true));
+    CudaHostSession narrow(layer, M), full(layer, M + extra);
+    narrow.set_inputs(x_first, &first, nullptr);
+    full.set_inputs(x, &r, nullptr);
+    const Output on = narrow.run_eager(), of = full.run_eager();
+    const auto g = narrow.run_graph(1);
+    EXPECT_TRUE(g[0].bf16 == on.bf16) << "graph replay differs from eager";
+    int64_t differ = 0, at = -1;
+    for (int64_t i = 0; i < M * K; ++i)
+      if (on.bf16[static_cast<size_t>(i)] != of.bf16[static_cast<size_t>(i)] && differ++ == 0) at = i;
+    EXPECT_EQ(differ, 0) << "first at token " << at / K << ", column " << at % K;
+    const Comparison c = compare_to(reference_of(cfg, syn.weights, x_first, first), cfg, on);
+    EXPECT_TRUE(c.pass(tolerance_for(cfg).max_rel_l2, tolerance_for(cfg).min_cosine)) << c.summary();
+    EXPECT_EQ(c.nonfinite, 0);
+  }
+}
+
 // Weights the mode cannot hold exactly are refused when the layer is built, naming the
 // argument, the expert, the row and the group; weights scaled outside its range too.
 TEST(Fp8Mode, RefusesWeightsItCannotRepresent) {
