@@ -322,10 +322,11 @@ __device__ __forceinline__ void wgmma_wait() {
 /// rows (8-row atoms of 1024 bytes, atoms 1024 bytes apart; the tile base 1024-aligned):
 /// start address, leading offset 1 (unused by this layout), stride offset 1024, swizzle
 /// mode 1 (128B). A k16 step inside the 64-element row moves the start by 32 bytes.
-__device__ __forceinline__ uint64_t smem_desc_k128(const void* p) {
-  const uint64_t addr = smem_addr(p);
-  return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | (uint64_t{1024 >> 4} << 32) | (1ull << 62);
+/// `addr`: the tile's 32-bit shared address (smem_desc_k128: its pointer).
+__device__ __forceinline__ uint64_t smem_desc_k128_at(uint32_t addr) {
+  return ((uint64_t{addr} & 0x3FFFFull) >> 4) | (1ull << 16) | (uint64_t{1024 >> 4} << 32) | (1ull << 62);
 }
+__device__ __forceinline__ uint64_t smem_desc_k128(const void* p) { return smem_desc_k128_at(smem_addr(p)); }
 
 // The fp32 accumulator operands of an m64nN wgmma (N = 32, 64, 96, 128: N / 2 registers),
 // read and written ("+f") in the order of the D layout below: the register list of the

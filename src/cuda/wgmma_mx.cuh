@@ -596,13 +596,20 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2;
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;  // tile a's row group and m16 tile
   const int mta = kGated ? (warp & 1) : warp;
+  using Geo = PfGeometry<kTok>;
+  // The stages' and barriers' shared addresses, broadcast by a shuffle: from the shared
+  // symbol's address ptxas re-derived the shared window's base (S2UR SR_CgaCtaId and ~8
+  // uniform instructions) in every chunk of GEMM1, on the path to its barrier wait
+  // (SASS, session 62); a shuffle's result it keeps.
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  const uint32_t stages0 = __shfl_sync(kAll, smem_addr(ring.stages), 0);
+  const uint32_t full0 = __shfl_sync(kAll, smem_addr(ring.full), 0), empty0 = __shfl_sync(kAll, smem_addr(ring.empty), 0);
   // This thread's weight and scale words of tile a in stage 0, as shared addresses; tile
   // b's lie a constant further (GEMM1: m16 tile + 2; GEMM2: row group + 1). The empty asm
   // in the loop hides where the two come from, so the compiler keeps them in registers
   // instead of recomputing them from threadIdx every chunk (~20 instructions).
-  using Geo = PfGeometry<kTok>;
-  uint32_t w_addr = smem_addr(ring.stages) + Geo::kStageB + ((qa * 4 + mta) * 32 + lane) * 16;
-  uint32_t s_addr = smem_addr(ring.stages) + Geo::kStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
+  uint32_t w_addr = stages0 + Geo::kStageB + ((qa * 4 + mta) * 32 + lane) * 16;
+  uint32_t s_addr = stages0 + Geo::kStageB + kPfStageW + ((qa * 8 + g) * 4 + mta) * 4;
   constexpr uint32_t kWordsB = kGated ? 2 * 32 * 16 : 4 * 32 * 16;
   constexpr uint32_t kScalesB = kGated ? 2 * 4 : 8 * 4 * 4;
 #pragma unroll
@@ -611,15 +618,14 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
     const int s = cur.stage;
     asm volatile("" : "+r"(w_addr), "+r"(s_addr));
-    mbar_wait(&ring.full[s], cur.phase);
+    mbar_wait_at(full0 + 8 * s, cur.phase);
     fence_proxy_async_shared();  // pf_producer's cp.async rows, for the wgmmas (async proxy)
-    const uint8_t* st = ring.stages + s * Geo::kStageBytes;
     const uint32_t so = static_cast<uint32_t>(s) * Geo::kStageBytes;
     const uint4 wa = lds_u4(w_addr + so);
     const uint4 wb = lds_u4(w_addr + so + kWordsB);
     const uint32_t sa = lds_u32(s_addr + so);
     const uint32_t sb = lds_u32(s_addr + so + kScalesB);
-    const uint64_t desc = smem_desc_k128(st);
+    const uint64_t desc = smem_desc_k128_at(stages0 + so);
     // One wgmma group per chunk (8 wgmmas, 512 tensor cycles of this warpgroup): the
     // other consumer warpgroup's group runs while this one waits, releases and decodes,
     // so that gap must stay under one group (a group per MX block, half as long, was 5%
@@ -629,7 +635,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     // registers being written. After the wait the previous chunk's stage goes back to
     // the producer, each thread releasing its own reads.
     wgmma_wait<0>();
-    if (kc > work.kc_begin) mbar_arrive(&ring.empty[prev]);
+    if (kc > work.kc_begin) mbar_arrive_at(empty0 + 8 * prev);
     uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
     pf_chunk_frags(wa, sa, wb, sb, fa, fb);
     wgmma_fence();
