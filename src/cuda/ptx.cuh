@@ -249,44 +249,40 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+/// Arms the current phase of the barrier at shared address `bar` with `bytes` of
+/// asynchronous copies to wait for and arrives (one of the barrier's expected arrivals).
+__device__ __forceinline__ void mbar_arrive_expect_tx_at(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// A bulk copy of `bytes` (a multiple of 16, both addresses 16-aligned) that completes on
+/// the barrier at `bar`, whose phase must be armed for these bytes
+/// (mbar_arrive_expect_tx_at). Both as 32-bit shared addresses.
+__device__ __forceinline__ void bulk_copy_g2s_tx_at(uint32_t smem_dst, const void* gmem_src, uint32_t bytes,
+                                                    uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_dst),
+               "l"(gmem_src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 /// One bulk copy (the TMA engine, one instruction, no per-lane addresses) of `bytes`
 /// (a multiple of 16) from global memory to shared memory, completing on `bar`, whose
 /// phase this thread's arrival also arms with the byte count. Measured in
 /// bench/stream_probe.cu against the per-lane cp.async ring: no faster (session 9).
 __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
                                               uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(smem_dst)),
-               "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-
-/// Arms the current phase of `bar` with `bytes` of asynchronous copies to wait for and
-/// arrives (one of the barrier's expected arrivals).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-/// A bulk copy of `bytes` (a multiple of 16, both addresses 16-aligned) that completes on
-/// `bar`, whose phase must be armed for these bytes (mbar_arrive_expect_tx).
-__device__ __forceinline__ void bulk_copy_g2s_tx(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                                 uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(smem_dst)),
-               "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
+  mbar_arrive_expect_tx_at(smem_addr(bar), bytes);
+  bulk_copy_g2s_tx_at(smem_addr(smem_dst), gmem_src, bytes, smem_addr(bar));
 }
 /// The TMA engine's copy of the box at element coordinates (x, y) of the 2-D tensor map
 /// `map` (a kernel parameter or global memory) to shared memory, completing on `bar`.
 /// With a swizzled map the swizzle follows the shared address bits, so a box placed at
-/// its row's offset inside a 1024-aligned tile lands as the whole tile would.
-__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* map, int x, int y, uint64_t* bar) {
+/// its row's offset inside a 1024-aligned tile lands as the whole tile would. The
+/// destination and the barrier as 32-bit shared addresses.
+__device__ __forceinline__ void tma_load_2d_at(uint32_t smem_dst, const void* map, int x, int y, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_addr(smem_dst)),
-      "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+          smem_dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
 

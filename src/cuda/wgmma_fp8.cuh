@@ -256,6 +256,7 @@ template <bool kRowScale, bool kPaired>
 __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& ring) {
   const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x >> 5, 0);  // warp-uniform (f8_run)
   const bool lane0 = (threadIdx.x & 31) == 0;
+  const RingAddrs ra = ring_addrs(ring);
   uint32_t n = 0;
   F8Cursor fill;
   PfWalk at;
@@ -270,18 +271,17 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
     for (int kg = 0; kg < o.groups; ++kg) {
       if ((n & 3u) == warp) {
         const int s = fill.stage;
-        if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
+        if (n >= static_cast<uint32_t>(kF8Stages)) mbar_wait_at(ra.empty + 8 * s, fill.phase ^ 1u);
         if (lane0) {
-          uint8_t* st = ring.stages + s * kF8StageBytes;
+          const uint32_t st = ra.stages + s * kF8StageBytes, bar = ra.full + 8 * s;
           constexpr uint32_t kScaleBytes = kRowScale ? 0 : kF8Rows * 4;
           constexpr uint32_t kBytes = kF8Rows * kF8Group + kPfTokens * kF8Group + kF8TokenScaleBox * 4 + kScaleBytes;
-          mbar_arrive_expect_tx(&ring.full[s], kBytes);
-          tma_load_2d(st + kF8StageA, o.wmap, kg * kF8Group, wrow, &ring.full[s]);
-          tma_load_2d(st + kF8StageB, o.bmap, kg * kF8Group, brow0, &ring.full[s]);
-          tma_load_2d(st + kF8StageSB, o.bsmap, brow0 - f8_token_scale_shift(brow0), kg, &ring.full[s]);
+          mbar_arrive_expect_tx_at(bar, kBytes);
+          tma_load_2d_at(st + kF8StageA, o.wmap, kg * kF8Group, wrow, bar);
+          tma_load_2d_at(st + kF8StageB, o.bmap, kg * kF8Group, brow0, bar);
+          tma_load_2d_at(st + kF8StageSB, o.bsmap, brow0 - f8_token_scale_shift(brow0), kg, bar);
           if constexpr (!kRowScale)
-            bulk_copy_g2s_tx(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes,
-                             &ring.full[s]);
+            bulk_copy_g2s_tx_at(st + kF8StageSA, wsc + static_cast<int64_t>(kg) * o.rows_p, kScaleBytes, bar);
         }
       }
       ++n;
@@ -298,9 +298,9 @@ __device__ __forceinline__ void f8_producer(const F8Operands& o, const F8Ring& r
 /// consumers had a second loop (f8_pass_groups; +6 instructions a group in GEMM2, session
 /// 60); from the shared symbol's address it re-derived the shared window's base (S2UR
 /// SR_CgaCtaId and ~8 uniform instructions) in every group and at every tile's start,
-/// and the FP8 kernels took 0.7% longer at M=4096 (ncu, session 62). A shuffle's result
-/// cannot be re-derived, so ptxas keeps these in uniform registers: GEMM2's group loop is
-/// 99 instructions (main before the narrow tiles: 109).
+/// and the FP8 kernels took 0.7% longer at M=4096 (ncu, session 62). Built on
+/// ring_addrs' shuffled addresses, which ptxas keeps in uniform registers: GEMM2's group
+/// loop is 99 instructions (main before the narrow tiles: 109).
 struct F8GroupAddrs {
   uint64_t desc_hi;        // both descriptors' high word
   uint32_t da_lo, db_lo;   // stage 0's: the weights (this consumer's half), the tokens
@@ -308,12 +308,15 @@ struct F8GroupAddrs {
   const uint8_t* stages_p; // the stages by pointer (the group form's weight scales)
 };
 __device__ __forceinline__ F8GroupAddrs f8_group_addrs(const F8Ring& ring, int wg) {  // warp-uniform wg
+  // The descriptors' low words shuffled as they are: built from ra.stages instead, the
+  // group loop took 6 more uniform instructions (ptxas re-built them per stage; SASS,
+  // session 63).
+  const RingAddrs ra = ring_addrs(ring);
   const uint64_t da0 = smem_desc_k128(ring.stages + kF8StageB + 64 * wg * kF8Group);
   const uint64_t db0 = smem_desc_k128(ring.stages + kF8StageA);
   constexpr uint32_t kAll = 0xFFFFFFFFu;
   return F8GroupAddrs{da0 & 0xFFFFFFFF00000000ull, __shfl_sync(kAll, static_cast<uint32_t>(da0), 0),
-                      __shfl_sync(kAll, static_cast<uint32_t>(db0), 0), __shfl_sync(kAll, smem_addr(ring.stages), 0),
-                      __shfl_sync(kAll, smem_addr(ring.full), 0), __shfl_sync(kAll, smem_addr(ring.empty), 0), ring.stages};
+                      __shfl_sync(kAll, static_cast<uint32_t>(db0), 0), ra.stages, ra.full, ra.empty, ring.stages};
 }
 
 /// Consumer mainloop of one tile for warpgroup `wg` (0, 1): acc = tokens

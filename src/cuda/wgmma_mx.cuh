@@ -334,6 +334,23 @@ __device__ __forceinline__ PfWork pf_load_header(const uint8_t* stage) {
 
 #if defined(MXMOE_SM90A)
 
+/// A ring's stages and barriers as 32-bit shared addresses, broadcast from lane 0 by a
+/// shuffle (PfRing, F8Ring). Why: from the dynamic shared symbol's address ptxas
+/// re-derived the shared window's base (S2UR SR_CgaCtaId and ~8 uniform instructions) in
+/// every chunk or group of the loops that use them, on the path to the barrier waits
+/// (SASS, session 62: GEMM1's exact chunk loop, the FP8 group loops; session 63: the
+/// producers' issue loops); a shuffle's result it cannot re-derive, so it keeps these in
+/// uniform registers. Call it with the whole warp.
+struct RingAddrs {
+  uint32_t stages, full, empty;
+};
+template <class Ring>
+__device__ __forceinline__ RingAddrs ring_addrs(const Ring& ring) {
+  constexpr uint32_t kAll = 0xFFFFFFFFu;
+  return RingAddrs{__shfl_sync(kAll, smem_addr(ring.stages), 0), __shfl_sync(kAll, smem_addr(ring.full), 0),
+                   __shfl_sync(kAll, smem_addr(ring.empty), 0)};
+}
+
 template <int kTok>
 __device__ __forceinline__ PfRing pf_ring(uint8_t* dyn_smem) {
   // Aligned by pointer arithmetic on the __shared__ array, not through an integer: the
@@ -497,6 +514,7 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
   uint32_t n = 0;  // chunks filled
   PfCursor fill;
   const PfPlan plan = pf_plan<kTok, false>(o);
+  const RingAddrs ra = ring_addrs(ring);
   PfWalk at;
   for (int item = blockIdx.x;; item += gridDim.x) {
     const PfWork work = pf_work<kTok>(o, plan, item, at);
@@ -512,17 +530,16 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
     for (int kc = work.kc_begin; kc < work.kc_end; ++kc) {
       const int s = fill.stage;
       // From the second lap on, the consumers' release of this stage's previous chunk.
-      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait(&ring.empty[s], fill.phase ^ 1u);
-      uint8_t* st = ring.stages + s * Geo::kStageBytes;
-      uint64_t* bar = &ring.full[s];
+      if (n >= static_cast<uint32_t>(kPfStages)) mbar_wait_at(ra.empty + 8 * s, fill.phase ^ 1u);
+      const uint32_t st = ra.stages + s * Geo::kStageBytes, bar = ra.full + 8 * s;
       if (lane == 0) {
-        mbar_arrive_expect_tx(bar, bytes);
-        tma_load_2d(st, o.b_map, kc * 64, row0, bar);
+        mbar_arrive_expect_tx_at(bar, bytes);
+        tma_load_2d_at(st, o.b_map, kc * 64, row0, bar);
       }
       __syncwarp();  // the barrier is armed before any of the chunk's bytes can land
       if (lane < groups) {
-        bulk_copy_g2s_tx(st + Geo::kStageB + q * 2048, w_src + kc * 128, 2048, bar);
-        bulk_copy_g2s_tx(st + Geo::kStageB + kPfStageW + q * 128, s_src + kc * 8, 128, bar);
+        bulk_copy_g2s_tx_at(st + Geo::kStageB + q * 2048, w_src + kc * 128, 2048, bar);
+        bulk_copy_g2s_tx_at(st + Geo::kStageB + kPfStageW + q * 128, s_src + kc * 8, 128, bar);
       }
       ++n;
       fill.advance();
@@ -597,13 +614,8 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
   const int qa = kGated ? 2 * wg + (warp >> 1) : 2 * wg;  // tile a's row group and m16 tile
   const int mta = kGated ? (warp & 1) : warp;
   using Geo = PfGeometry<kTok>;
-  // The stages' and barriers' shared addresses, broadcast by a shuffle: from the shared
-  // symbol's address ptxas re-derived the shared window's base (S2UR SR_CgaCtaId and ~8
-  // uniform instructions) in every chunk of GEMM1, on the path to its barrier wait
-  // (SASS, session 62); a shuffle's result it keeps.
-  constexpr uint32_t kAll = 0xFFFFFFFFu;
-  const uint32_t stages0 = __shfl_sync(kAll, smem_addr(ring.stages), 0);
-  const uint32_t full0 = __shfl_sync(kAll, smem_addr(ring.full), 0), empty0 = __shfl_sync(kAll, smem_addr(ring.empty), 0);
+  const RingAddrs ra = ring_addrs(ring);
+  const uint32_t stages0 = ra.stages, full0 = ra.full, empty0 = ra.empty;
   // This thread's weight and scale words of tile a in stage 0, as shared addresses; tile
   // b's lie a constant further (GEMM1: m16 tile + 2; GEMM2: row group + 1). The empty asm
   // in the loop hides where the two come from, so the compiler keeps them in registers
