@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 62 (for the next session): x = main + s62-narrow-tiles-e.patch +
+# Session 62 (run in session 63 as run 1): x = main + s62-narrow-tiles-e.patch +
 # s62-exact-g1-addrs-x.patch (the FP8 narrow tiles with their addresses set up once, and
 # the exact GEMM1's chunk loop without the shared window's re-derivation), against main
-# (m). ncu of the two FP8 kernels at M=4096, the exact and FP8 layers in alternating
+# (m); the two patches are commits 8a300f1 and 7f964af now, so build 92e87d0 (m) and
+# 7f964af (x). ncu of the two FP8 kernels at M=4096, the exact and FP8 layers in alternating
 # rounds, then x's whole test_engine and the sanitizers (~520 s).
 # Pack: build main and main + both patches (cmake -B build-gpu -DCMAKE_BUILD_TYPE=Release
 # -DMXMOE_CUDA_ARCHS=90a; targets mxmoe_cli, test_engine), then
