@@ -3,6 +3,7 @@
 #   . "$(dirname "$0")/round_lib.sh"
 # S: the summary ($OUT/00summary.txt, sorts first); L: the logs; t0: the round's start.
 S=$OUT/00summary.txt; L=$OUT/l; mkdir -p $L; t0=$(date +%s)
+RL_DIR=$(dirname "${BASH_SOURCE[0]}")  # where this file (and ncu_table.py) lie
 note() { echo "$*" | tee -a $S; }                       # to the summary and stdout
 left() { [ $(( $(date +%s) - t0 )) -lt $1 ] || { note "skipped past $1 s: $2"; return 1; }; }
 passed() { grep -E '^\[  (PASSED|FAILED)' $1 | tr '\n' ' '; }  # a gtest log's verdict
@@ -52,3 +53,20 @@ for M in sorted({k[0] for k in t}):
           ' | '.join('%+.1f%%' % (100 * (st.median(g[v]) / st.median(g[vs[0]]) - 1)) for v in vs[1:])))
 PY
 }
+# ncu_alt BASE OTHER M: ncu_fp8 of BASE, OTHER, OTHER, BASE at M (each while the round is
+# under 100 s), then ncu_table.py's comparison (session 63)
+ncu_alt() { local v; for v in $1 $2 $2 $1; do left 100 "ncu $v $3" && ncu_fp8 $v $B/$v $3; done
+  python3 "$RL_DIR/ncu_table.py" $L $1 $2 | tee -a $S; }
+# layer_rounds UNTIL V...: for each V in order (while the round is under UNTIL s), the FP8
+# layer (f8) and the exact one at M=128 / 1024 / 4096 (as $L/ex/V_f8_n.json, so that
+# f8_table reads them), both beside $L/T.json (session 63)
+layer_rounds() { local until=$1 v n; shift; mkdir -p $L/ex
+  for v in "$@"; do
+    left $until "layer rounds $v" || break
+    n=$(( $(ls $L/${v}_f8_*.json 2>/dev/null | wc -l) + 1 )); f8 $v $B/$v $n
+    timeout 60 $B/$v/mxmoe bench --tokens 128,1024,4096 --iterations 10 --baseline $L/T.json \
+      --json $L/ex/${v}_f8_$n.json > $L/ex/${v}_ex_$n.log 2>&1
+    note "exact $v r$n rc=$? $(summ $L/ex/${v}_f8_$n.json) $(el)"
+  done; }
+# ex_table BASE OTHER: f8_table of the FP8 rounds, then of the exact ones
+ex_table() { f8_table "$@"; note "exact path (files named _f8_ for f8_table):"; L=$L/ex f8_table "$@"; L=${L%/ex}; }

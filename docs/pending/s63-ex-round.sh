@@ -14,23 +14,10 @@ set -u
 B=/tmp/b63x; mkdir -p $B && [ -x $B/x/mxmoe ] || tar xJf "$(dirname "$0")/bins.tar.xz" -C $B
 . "$(dirname "$0")/round_lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
-for vm in m:4096 x:4096 x:4096 m:4096; do
-  v=${vm%:*}; m=${vm#*:}
-  left 100 "ncu $v $m" && ncu_fp8 $v $B/$v $m
-done
-python3 "$(dirname "$0")/ncu_table.py" $L m x | tee -a $S
+ncu_alt m x 4096
 torch_prefill
-mkdir -p $L/ex
-for v in m x x m; do
-  left 200 "layer rounds $v" || break
-  n=$(( $(ls $L/${v}_f8_*.json 2>/dev/null | wc -l) + 1 )); f8 $v $B/$v $n
-  timeout 60 $B/$v/mxmoe bench --tokens 128,1024,4096 --iterations 10 --baseline $L/T.json \
-    --json $L/ex/${v}_f8_$n.json > $L/ex/${v}_ex_$n.log 2>&1
-  note "exact $v r$n rc=$? $(summ $L/ex/${v}_f8_$n.json) $(el)"
-done
-f8_table m x
-note "exact path (files named _f8_ for f8_table):"; L=$L/ex f8_table m x
-L=${L%/ex}
+layer_rounds 200 m x x m
+ex_table m x
 left 260 "x's tests" && gtests x $B/x '*' 260  # the whole binary: ~230 s on an H100 (session 62)
 left 500 "x's memcheck" && memcheck x $B/x 'Fp8Mode.NarrowTiles*:Fp8Mode.Tails*:Prefill.*'
 for tool in racecheck synccheck; do left 540 "x's $tool" && sancheck x $B/x $tool 'Fp8Mode.NarrowTiles*:Prefill.*'; done

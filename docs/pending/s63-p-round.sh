@@ -15,23 +15,10 @@ set -u
 B=/tmp/b63p; mkdir -p $B && [ -x $B/p/mxmoe ] || tar xJf "$(dirname "$0")/bins.tar.xz" -C $B
 . "$(dirname "$0")/round_lib.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
-for vm in m:4096 p:4096 p:4096 m:4096; do
-  v=${vm%:*}; m=${vm#*:}
-  left 100 "ncu $v $m" && ncu_fp8 $v $B/$v $m
-done
-python3 "$(dirname "$0")/ncu_table.py" $L m p | tee -a $S
+ncu_alt m p 4096
 torch_prefill
-mkdir -p $L/ex
-for v in p m m p p m; do
-  left 200 "layer rounds $v" || break
-  n=$(( $(ls $L/${v}_f8_*.json 2>/dev/null | wc -l) + 1 )); f8 $v $B/$v $n
-  timeout 60 $B/$v/mxmoe bench --tokens 128,1024,4096 --iterations 10 --baseline $L/T.json \
-    --json $L/ex/${v}_f8_$n.json > $L/ex/${v}_ex_$n.log 2>&1
-  note "exact $v r$n rc=$? $(summ $L/ex/${v}_f8_$n.json) $(el)"
-done
-f8_table m p
-note "exact path (files named _f8_ for f8_table):"; L=$L/ex f8_table m p
-L=${L%/ex}
+layer_rounds 200 p m m p p m
+ex_table m p
 # The SM clock and board power while the FP8 layer at M=4096 runs (eager and graph, 40
 # iterations each): the median of the samples drawing over 300 W.
 for v in m p m p; do

@@ -8,14 +8,9 @@ set -u
 B=/tmp/b63x; mkdir -p $B; [ -x $B/x/mxmoe ] || tar xJf "$(dirname "$0")/bins.tar.xz" -C $B
 . "$(dirname "$0")/round_lib.sh"
 if [ "${1:-layer}" = layer ]; then
-  torch_prefill; mkdir -p $L/ex
-  for v in x m m x x m m x; do
-    n=$(( $(ls $L/${v}_f8_*.json 2>/dev/null | wc -l) + 1 )); f8 $v $B/$v $n
-    timeout 60 $B/$v/mxmoe bench --tokens 128,1024,4096 --iterations 10 --baseline $L/T.json \
-      --json $L/ex/${v}_f8_$n.json > $L/ex/${v}_ex_$n.log 2>&1
-    note "exact $v r$n rc=$? $(summ $L/ex/${v}_f8_$n.json) $(el)"
-  done
-  f8_table m x; L=$L/ex f8_table m x; L=${L%/ex}
+  torch_prefill
+  layer_rounds 100000 x m m x x m m x
+  ex_table m x
   left 400 mem && memcheck x $B/x 'Layer.*:Fp8Mode.*'
 else  # decode: the bench JSON named _f8_ for f8_table
   timeout 80 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32 --iterations 20 --json $L/TD.json > $L/TD.log 2>&1
