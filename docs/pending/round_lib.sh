@@ -70,3 +70,24 @@ layer_rounds() { local until=$1 v n; shift; mkdir -p $L/ex
   done; }
 # ex_table BASE OTHER: f8_table of the FP8 rounds, then of the exact ones
 ex_table() { f8_table "$@"; note "exact path (files named _f8_ for f8_table):"; L=$L/ex f8_table "$@"; L=${L%/ex}; }
+# clock_probe NAME BIN M [ITER]: the SM clock and board power (nvidia-smi every 50 ms,
+# instantaneous power) while BIN's FP8 layer at M runs ITER (default 600) iterations
+# eager and then graph, ~3 s each at M=4096: the median clock and power of the samples
+# drawing over 300 W, beside the bench's times. Session 63's first form (40 iterations,
+# averaged power) caught 4-6 busy samples of ~360: the timed loops were under a second
+# of a call mostly spent setting up.
+clock_probe() { local smi q=power.draw.instant f=$L/clk_${1}_$3_$(date +%s%N)
+  nvidia-smi --query-gpu=$q --format=csv,noheader > /dev/null 2>&1 || q=power.draw  # older drivers
+  nvidia-smi --query-gpu=clocks.sm,$q --format=csv,noheader,nounits -lms 50 > $f.csv 2>&1 &
+  smi=$!; sleep 0.3
+  timeout 90 $2/mxmoe bench --tokens $3 --iterations ${4:-600} --precision fp8 > $f.log 2>&1
+  kill $smi; wait $smi 2>/dev/null
+  note "clock $1 M=$3 $(python3 -c "
+import sys, statistics as st
+r = []
+for l in open(sys.argv[1]):
+    try: r.append(tuple(float(x) for x in l.split(',')))
+    except ValueError: pass
+b = [(c, p) for c, p in r if p > 300]
+print('%d of %d samples over 300 W: SM clock median %.0f MHz, power median %.0f W' % (len(b), len(r),
+      st.median(c for c, _ in b) if b else 0, st.median(p for _, p in b) if b else 0))" $f.csv) $(awk -v m=$3 '$2!="mode"&&$1==m{printf "%s %s us ", $2, $4}' $f.log)"; }
