@@ -70,19 +70,20 @@ layer_rounds() { local until=$1 v n; shift; mkdir -p $L/ex
   done; }
 # ex_table BASE OTHER: f8_table of the FP8 rounds, then of the exact ones
 ex_table() { f8_table "$@"; note "exact path (files named _f8_ for f8_table):"; L=$L/ex f8_table "$@"; L=${L%/ex}; }
-# clock_probe NAME BIN M [ITER]: the SM clock and board power (nvidia-smi every 50 ms,
-# instantaneous power) while BIN's FP8 layer at M runs ITER (default 600) iterations
+# clock_probe NAME BIN M [ITER] [PRECISION]: the SM clock and board power (nvidia-smi every
+# 50 ms, instantaneous power) while BIN's layer at M (PRECISION fp8, the default, or exact)
+# runs ITER (default 600) iterations
 # eager and then graph, ~3 s each at M=4096: the median clock and power of the samples
 # drawing over 300 W, beside the bench's times. Session 63's first form (40 iterations,
 # averaged power) caught 4-6 busy samples of ~360: the timed loops were under a second
 # of a call mostly spent setting up.
-clock_probe() { local smi q=power.draw.instant f=$L/clk_${1}_$3_$(date +%s%N)
+clock_probe() { local smi q=power.draw.instant f=$L/clk_${1}_${5:-fp8}_$3_$(date +%s%N)
   nvidia-smi --query-gpu=$q --format=csv,noheader > /dev/null 2>&1 || q=power.draw  # older drivers
   nvidia-smi --query-gpu=clocks.sm,$q --format=csv,noheader,nounits -lms 50 > $f.csv 2>&1 &
   smi=$!; sleep 0.3
-  timeout 90 $2/mxmoe bench --tokens $3 --iterations ${4:-600} --precision fp8 > $f.log 2>&1
+  timeout 90 $2/mxmoe bench --tokens $3 --iterations ${4:-600} --precision ${5:-fp8} > $f.log 2>&1
   kill $smi; wait $smi 2>/dev/null
-  note "clock $1 M=$3 $(python3 -c "
+  note "clock $1 ${5:-fp8} M=$3 $(python3 -c "
 import sys, statistics as st
 r = []
 for l in open(sys.argv[1]):
