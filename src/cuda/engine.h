@@ -276,6 +276,11 @@ struct Gemm1Params {
   int64_t if8_stride = 0;           // w2f8.cols_p: N rounded up to 128
   int64_t if8_scale_rows = 0;       // fp8_scale_rows(M*k)
   int if8_shift = 0;                // StageFp8Params::scale_shift of GEMM2's weights
+  /// Prefill path: the generic kernel behind the prefill kernel (the fallback, which leaves
+  /// at once unless the inexact word says otherwise) is launched as a programmatic
+  /// dependent of it (launch_gemm1), so that its blocks are dispatched in the prefill
+  /// kernel's tail instead of after it; it waits for it before it reads the word.
+  bool fallback_programmatic = false;
   /// Decode path at one token: launched as a programmatic dependent of the permutation's
   /// prologue kernel (heuristics.h use_programmatic_gemm1). Its blocks start beside the
   /// prologue, move their first weight chunks toward L2 if the routing ids (`ids`,
@@ -317,6 +322,9 @@ struct Gemm2Params {
   /// programmatic dependent (heuristics.h use_programmatic_launch), so its blocks start
   /// streaming weights once GEMM1's blocks are past their mainloops.
   bool programmatic = false;
+  /// Prefill path: the generic fallback kernel as a programmatic dependent of the prefill
+  /// kernel, as Gemm1Params::fallback_programmatic.
+  bool fallback_programmatic = false;
   /// Prefill path: the intermediate staged as exact BF16 rows by GEMM1's prefill epilogue
   /// (`ib_stride` = N padded to 64, range factor 1); bit kInexactInter of `inexact`
   /// selects the generic path.
@@ -378,6 +386,14 @@ struct StageBf16Params {
   float* back = nullptr;
   uint32_t* flag = nullptr;
   uint32_t flag_bit = 0;
+  /// Launched as a programmatic dependent of the permutation (launch_kernel), so that x is
+  /// staged while the routed pairs are permuted: x is the layer's input, not the
+  /// permutation's result. Its grid still waits for the permutation's before it ends, so
+  /// the normally launched GEMM1 after it sees both.
+  bool programmatic = false;
+  /// src (and scale) are written by the kernels before: wait for them first (x quantized
+  /// in the layer's prologue).
+  bool src_after_predecessor = false;
 };
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream);
 /// FP8-mode operand staging (stage_fp8.cu): MXFP8 rows (E4M3 codes + E8M0 scale per 32)

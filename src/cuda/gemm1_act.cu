@@ -107,6 +107,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemm1_act_kernel(const Gemm1Param
   // writes the intermediate (which the prefill kernel does not), so GEMM2 takes its
   // generic path as well.
   if (p.inexact != nullptr) {
+    // Launched as the prefill kernel's programmatic dependent (fallback_programmatic), its
+    // blocks may be here before that kernel ends: wait for it before reading the word.
+    pdl_wait_for_predecessor();
     if ((*p.inexact & (kInexactX | kInexactInter)) == 0) return;
     if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) atomicOr(p.inexact, kInexactInter);
   }
@@ -815,6 +818,9 @@ __device__ __forceinline__ void pf_store_activated(const Gemm1Params& p, float (
 template <bool kFp8Inter, int kTok, int kAct>
 __global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm) gemm1_prefill_kernel(const Gemm1Params p) {
 #if defined(MXMOE_SM90A)
+  // The generic fallback after this kernel may have its blocks dispatched as this
+  // kernel's CTAs leave (Gemm1Params::fallback_programmatic): they wait for its end.
+  pdl_allow_dependents();
   if (*p.inexact & kInexactX) return;  // an x value is not exact in BF16: generic path
   extern __shared__ uint8_t pf_smem[];
   PfOperands o = pf_operands(p.w13, p.xb, p.xb_stride, p.xb_back, p.row_map,
@@ -1083,7 +1089,8 @@ void launch_t(const Gemm1Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w13.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(generic_grid_z(tiles, p.prefill)));
-  gemm1_act_kernel<NT, kFp8X, kFp8Inter><<<grid, kWarps * 32, 0, stream>>>(p);
+  launch_kernel(gemm1_act_kernel<NT, kFp8X, kFp8Inter>, grid, dim3(kWarps * 32), 0, stream,
+                p.prefill && p.fallback_programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm1_act_kernel");
 }
 

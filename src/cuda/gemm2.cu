@@ -25,7 +25,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemm2_kernel(const Gemm2Params p)
   const int rg = blockIdx.x * kWarps + warp;
   if (rg >= p.w2.rg) return;
   // Fallback of the prefill path: runs only when staging flagged an inexact value.
-  if (p.inexact != nullptr && (*p.inexact & kInexactInter) == 0) return;
+  if (p.inexact != nullptr) {
+    pdl_wait_for_predecessor();  // the prefill kernel's (Gemm2Params::fallback_programmatic)
+    if ((*p.inexact & kInexactInter) == 0) return;
+  }
   const int count = p.counts[e];
   if (count == 0) return;
   const int off = p.offsets[e];
@@ -371,6 +374,7 @@ template <int kTok>
 __global__ void __launch_bounds__(kPfThreads, PfGeometry<kTok>::kCtasPerSm)
     gemm2_prefill_kernel(const Gemm2Params p, const __grid_constant__ CUtensorMap ib_map) {
 #if defined(MXMOE_SM90A)
+  pdl_allow_dependents();  // the generic fallback after it (as in gemm1_prefill_kernel)
   if (*p.inexact & kInexactInter) return;  // an intermediate value is not exact in BF16
   extern __shared__ uint8_t pf_smem[];
   PfOperands o = pf_operands(p.w2, p.ib, p.ib_stride, nullptr, nullptr, 1, p.counts,
@@ -406,7 +410,7 @@ void launch_t(const Gemm2Params& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.w2.rg + kWarps - 1) / kWarps),
                   static_cast<unsigned>(p.num_local),
                   static_cast<unsigned>(generic_grid_z(tiles, p.prefill)));
-  gemm2_kernel<NT, kFp8><<<grid, kWarps * 32, 0, stream>>>(p);
+  launch_kernel(gemm2_kernel<NT, kFp8>, grid, dim3(kWarps * 32), 0, stream, p.prefill && p.fallback_programmatic, p);
   MXMOE_LAUNCH_CHECK("gemm2_kernel");
 }
 

@@ -743,6 +743,9 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   // path only: from kPrefillMinTokens the layout holds the prefill path's buffers too).
   pp.clear = reinterpret_cast<uint32_t*>(ws + L.expert_ready);
   pp.clear_words = pp.num_local + (balanced ? kBalancedSlots : 0);
+  uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
+  // Before the permutation: x's staging below may run beside it (and set the inexact bit).
+  if (prefill) MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, kPrefillWordsBytes, st));
   if (quantize) {
     launch_quantize_permute(pp, static_cast<const uint16_t*>(args.x), K, cfg.scale_rule, q, qs, st);
     x = q;
@@ -753,7 +756,6 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
   }
 
   const bool mid_fp8 = cfg.resolved_intermediate() == IntermediateFormat::MXFP8;
-  uint32_t* inexact = reinterpret_cast<uint32_t*>(ws + L.inexact);
   StageBf16Params sx;
   StageFp8Params fx;
   if (fp8) {
@@ -771,12 +773,14 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     launch_stage_fp8(fx, st);
   }
   if (prefill) {
-    MXMOE_CUDA_CHECK(cudaMemsetAsync(inexact, 0, kPrefillWordsBytes, st));
+    // Beside the permutation: a programmatic dependent of it (the kernel before it here).
     sx = StageBf16Params{.src = x, .scale = xs, .fp8 = x_fp8, .rows = M, .cols = K,
                          .stride = s.d13.kc * kKChunk,
                          .dst = reinterpret_cast<uint16_t*>(ws + L.xb),
                          .back = reinterpret_cast<float*>(ws + L.xb_back),
-                         .flag = inexact, .flag_bit = kInexactX};
+                         .flag = inexact, .flag_bit = kInexactX,
+                         .programmatic = s.programmatic_ok,
+                         .src_after_predecessor = quantize};
     launch_stage_bf16(sx, st);
   }
   Gemm1Params g1;
@@ -814,6 +818,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g1.split_count = inexact + 1;
     g1.ib = reinterpret_cast<uint16_t*>(ws + L.ib);
     g1.ib_stride = s.d2.kc * kKChunk;
+    g1.fallback_programmatic = s.programmatic_ok;
   }
   // FP8 mode: GEMM2's staged intermediate, made by GEMM1's drain (s.f8_fused) or by
   // stage_fp8 from GEMM1's MXFP8 intermediate.
@@ -889,6 +894,7 @@ void CudaMoeLayer::forward(const ForwardArgs& args, void* workspace, size_t work
     g2.inexact = inexact;
     g2.split_acc = g1.split_acc;  // GEMM1's last parts left every counter at zero
     g2.split_count = g1.split_count;
+    g2.fallback_programmatic = s.programmatic_ok;
   }
   if (fp8) {
     if (!s.f8_fused) launch_stage_fp8(fi, st);

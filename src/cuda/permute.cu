@@ -255,6 +255,9 @@ __global__ void __launch_bounds__(kBlockThreads, kGrid ? 2 : 1)
   __shared__ int2 s_grid[kSmallPermuteExperts];   // several blocks: rows per expert in all, in those before this one
   __shared__ int2 s_place[kSmallPermuteExperts];  // the expert's first row of this block: in the layer, in s_rows
   __shared__ int s_block_rows;
+  // The prefill path's x staging may start its blocks now (a programmatic dependent: it
+  // waits for this grid's completion before it ends; layer.cu).
+  pdl_allow_dependents();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, el = p.num_local;
   // 32-bit pair indices (the block form is issue-bound): its grid is co-resident, so at
   // most a few hundred blocks of 4096 pairs (heuristics.h block_permute_plan).
@@ -456,7 +459,8 @@ struct QuantizeArgs {
 __global__ void __launch_bounds__(kSmallThreads) prologue_kernel(const PermuteParams p,
                                                                  const QuantizeArgs q) {
   // GEMM1 may start its blocks now (a programmatic dependent on the decode path: it
-  // waits for this grid's completion before reading anything of it).
+  // waits for this grid's completion before reading anything of it), or the prefill
+  // path's x staging (which waits for it before it ends).
   pdl_allow_dependents();
   clear_words(p);
   if (blockIdx.x == 0) {

@@ -66,13 +66,10 @@ __device__ __forceinline__ void e4m3_block_fast(const uint32_t (&words)[8], floa
   }
 }
 
+/// One warp's part of one row (`part` of the row's warps_per_row).
 template <bool kFp8>
-__global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const StageBf16Params p, int warps_per_row) {
+__device__ __forceinline__ void stage_row_part(const StageBf16Params& p, int64_t row, int part) {
   const int lane = threadIdx.x & 31;
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + (threadIdx.x >> 5);
-  const int64_t row = warp / warps_per_row;
-  const int part = static_cast<int>(warp - row * warps_per_row);
-  if (row >= p.rows) return;
   const int kb = static_cast<int>(p.cols / kMxBlock), kbp = static_cast<int>(p.stride / kMxBlock);
   const int b = part * kBlocksPerWarp + lane;  // this lane's MX block
   float adj = 1.0f;
@@ -136,6 +133,19 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const Sta
   if (__any_sync(0xffffffffu, inexact) && lane == 0) atomicOr(p.flag, p.flag_bit);
 }
 
+template <bool kFp8>
+__global__ void __launch_bounds__(kWarpsPerCta * 32) stage_bf16_kernel(const StageBf16Params p, int warps_per_row) {
+  // As a programmatic dependent (StageBf16Params::programmatic) this grid may run beside
+  // the permutation; it waits for it before reading a source that kernel wrote, and in
+  // any case before it ends, so that the next kernel, launched after this one, finds the
+  // permutation complete too. Without a programmatic launch the waits return at once.
+  if (p.src_after_predecessor) pdl_wait_for_predecessor();
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + (threadIdx.x >> 5);
+  const int64_t row = warp / warps_per_row;
+  if (row < p.rows) stage_row_part<kFp8>(p, row, static_cast<int>(warp - row * warps_per_row));
+  pdl_wait_for_predecessor();
+}
+
 }  // namespace
 
 void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
@@ -145,8 +155,8 @@ void launch_stage_bf16(const StageBf16Params& p, cudaStream_t stream) {
   const int warps_per_row = static_cast<int>((p.stride / kMxBlock + kBlocksPerWarp - 1) / kBlocksPerWarp);
   const int64_t warps = p.rows * warps_per_row;
   const unsigned grid = static_cast<unsigned>((warps + kWarpsPerCta - 1) / kWarpsPerCta);
-  if (p.fp8) stage_bf16_kernel<true><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, warps_per_row);
-  else stage_bf16_kernel<false><<<grid, kWarpsPerCta * 32, 0, stream>>>(p, warps_per_row);
+  launch_kernel(p.fp8 ? stage_bf16_kernel<true> : stage_bf16_kernel<false>, dim3(grid), dim3(kWarpsPerCta * 32), 0,
+                stream, p.programmatic, p, warps_per_row);
   MXMOE_LAUNCH_CHECK("stage_bf16_kernel");
 }
 

@@ -1895,6 +1895,46 @@ TEST(Layer, MatchesReferenceDeterministicAndGraphReplayIdentical) {
       }
 }
 
+// The prefill path's programmatic launches: x staged beside the permutation (one-block
+// prologue, block form, cooperative grid; x pre-quantized or quantized in the prologue,
+// which the staging then waits for first) and the generic fallbacks dispatched in the
+// prefill kernels' tails, against plain launches (MXMOE_PDL=0, read when the layer is
+// built): the same bits eager and under graph replay, also when an x block is not exact
+// in BF16 and the fallbacks do the work.
+TEST(Layer, PrefillProgrammaticLaunchesBitIdenticalToPlainOnes) {
+  REQUIRE_GPU();
+  const MoeConfig cfg = small_cfg(Activation::SiTU, InputFormat::MXFP8, IntermediateFormat::MXFP8);
+  const SyntheticLayer syn = make_synthetic_layer(cfg, 5151);
+  CudaMoeLayer pdl(cfg, syn.weights);
+  setenv("MXMOE_PDL", "0", 1);
+  CudaMoeLayer plain(cfg, syn.weights);
+  unsetenv("MXMOE_PDL");
+  int seed = 0;
+  for (int64_t M : {16, 32, 64, 160, 800})
+    for (int form = 0; form < 3; ++form) {  // 0: MXFP8 x, 1: BF16 x quantized on the GPU, 2: a tiny x block
+      if (form == 2 && M != 32 && M != 160) continue;
+      SCOPED_TRACE("M=" + std::to_string(M) + " form " + std::to_string(form));
+      ASSERT_TRUE(prefill_expected(M));
+      const Activations x = make_activations(M, cfg.hidden, 5200 + seed);
+      const Routing r = random_routing(M, cfg.top_k, {8, 9, 10, 11, 13, 14, 2, 5}, 5300 + seed, true);
+      ++seed;
+      Activations xin = form == 1 ? x : x.to_mxfp8();
+      if (form == 2) xin.scale[3 * cfg.hidden / 32] = 0;  // token 3's first block: int * 2^-127
+      std::vector<Output> outs;
+      for (CudaMoeLayer* layer : {&pdl, &plain}) {
+        CudaHostSession s(*layer, M);
+        s.set_inputs(xin, &r, nullptr);
+        outs.push_back(s.run_eager());
+        const auto g = s.run_graph(2);
+        ASSERT_EQ(g.size(), 2u);
+        outs.insert(outs.end(), g.begin(), g.end());
+      }
+      expect_matches_reference(cfg, syn.weights, xin, r, outs[3], "plain launches");
+      for (size_t i = 0; i < outs.size(); ++i)
+        EXPECT_TRUE(outs[i].bf16 == outs[3].bf16) << "run " << i << " (0-2 programmatic eager / graph, 3-5 plain) differs";
+    }
+}
+
 // The block permutation's grid (more than 3072 routed pairs: co-resident blocks waiting
 // for each other, a cooperative launch) inside a captured graph: the reference's result,
 // and the same bits replayed twice as eager.
