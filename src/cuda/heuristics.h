@@ -43,10 +43,13 @@ inline GemmPlan plan_gemm(int64_t tokens) { return GemmPlan{tokens <= 8 ? 1 : 4}
 /// token tiles z apart). Behind the prefill path they are the fallback for values BF16
 /// cannot hold exactly: launched every forward, they leave at once on the staging flag,
 /// and 32 z-blocks per row-group block made that 34 us at M=4096 (21504 + 25088 blocks,
-/// session 12's ncu). Four keep the exit cheap (ncu, session 13: GEMM1's 20.8 -> 4.5 us,
-/// GEMM2's 13.1 -> 3.5 us) and the rare fallback still spread over 2.7-3.1k blocks.
+/// session 12's ncu). Four made that 4.5 + 3.5 us (ncu, session 13); one (session 64) is
+/// 672 + 392 blocks at Kimi's shapes whatever M, whose exit session 64's probe put at
+/// ~1.3 ns a block in the layer (M=128: leaving both launches out saved 7.8 us at z = 4,
+/// M=16: 3.7 us at z = 1). The rare forward that needs the fallback still has every
+/// (row-group block, expert) pair in parallel, ~8 blocks per SM, each over its tiles.
 inline int64_t generic_grid_z(int64_t tiles, bool prefill_fallback) {
-  return std::clamp<int64_t>(tiles, 1, prefill_fallback ? 4 : 32);
+  return prefill_fallback ? 1 : std::clamp<int64_t>(tiles, 1, 32);
 }
 
 /// Which GEMM a decode launch is for (their shapes and splits differ).
