@@ -8,7 +8,8 @@
 # rounds; decode M=1 / 8, two), then c's GPU tests: memcheck of the chain's test, the
 # whole test_engine, test_suite_cuda, test_error_flags, test_layer_args and
 # validate --suite all --backend cuda, each while time is left.
-# Pack: cmake --build build-gpu --target mxmoe_cli test_engine test_suite_cuda
+# Pack (main f76f5cc + `git apply docs/pending/s65-chain.patch`, as 73b44f4 was): cmake
+# --build build-gpu --target mxmoe_cli test_engine test_suite_cuda
 # test_error_flags test_layer_args, then (c/ holding mxmoe and the four test binaries)
 #   tar cf - c | xz -T2 -9e > .gpubin/s65c/bins.tar.xz
 #   cp docs/pending/{s65-chain-round.sh,round_lib.sh} .gpubin/s65c/; git rev-parse --short HEAD > .gpubin/s65c/BUILT
