@@ -38,14 +38,15 @@ ncu_fp8() { local n; n=$(ls $L/ncu_${1}_${3}_*.csv 2>/dev/null | wc -l)
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
     $2/mxmoe bench --tokens $3 --iterations 1 --precision fp8 > $L/ncu_${1}_${3}_$n.csv 2>&1
   note "ncu $1 $3 rc=$? $(el)"; }
-# f8_table BASE V...: the f8 rounds' graph times per M, each variant against BASE (medians)
-f8_table() { python3 - $L "$@" <<'PY' | tee -a $S
+# f8_table BASE V...: the f8 rounds' graph times per M (MODE=eager: the eager ones), each
+# variant against BASE (medians)
+f8_table() { python3 - $L "${MODE:-graph}" "$@" <<'PY' | tee -a $S
 import json, sys, glob, statistics as st
-L, vs = sys.argv[1], sys.argv[2:]; t = {}
+L, mode, vs = sys.argv[1], sys.argv[2], sys.argv[3:]; t = {}
 for f in sorted(glob.glob(L + '/*_f8_*.json')):
     v = f.split('/')[-1].split('_')[0]
     for c in json.load(open(f))['cases']:
-        if c['mode'] == 'graph': t.setdefault((c['tokens'], v), []).append(c['median_us'])
+        if c['mode'] == mode: t.setdefault((c['tokens'], v), []).append(c['median_us'])
 print('| M | ' + ' | '.join(vs) + ' | ' + ' | '.join('%s vs %s' % (v, vs[0]) for v in vs[1:]) + ' |')
 for M in sorted({k[0] for k in t}):
     g = {v: t.get((M, v), [float('nan')]) for v in vs}

@@ -29,19 +29,7 @@ for r in 1 2 3; do
   run_links u $r 0; run_links k2 $r 2; run_links k6 $r 6; run_links k1 $r 1; run_links c $r 7
 done
 note "graph (the files are named _f8_ for f8_table):"; L=$L/ex f8_table u k2 k6 k1 c; L=${L%/ex}
-note "eager:"; python3 - $L/ex u k2 k6 k1 c <<'PY' | tee -a $S
-import json, sys, glob, statistics as st
-L, vs = sys.argv[1], sys.argv[2:]; t = {}
-for f in sorted(glob.glob(L + '/*_f8_*.json')):
-    v = f.split('/')[-1].split('_')[0]
-    for c in json.load(open(f))['cases']:
-        if c['mode'] == 'eager': t.setdefault((c['tokens'], v), []).append(c['median_us'])
-print('| M | ' + ' | '.join(vs) + ' | ' + ' | '.join('%s vs %s' % (v, vs[0]) for v in vs[1:]) + ' |')
-for M in sorted({k[0] for k in t}):
-    g = {v: t.get((M, v), [float('nan')]) for v in vs}
-    print('| %d | %s | %s |' % (M, ' | '.join('%.1f' % st.median(g[v]) for v in vs),
-          ' | '.join('%+.1f%%' % (100 * (st.median(g[v]) / st.median(g[vs[0]]) - 1)) for v in vs[1:])))
-PY
+note "eager:"; MODE=eager L=$L/ex f8_table u k2 k6 k1 c; L=${L%/ex}
 left $(( R - 180 )) "whole test_engine (k2)" && MXMOE_PF_CHAIN=2 gtests k2 $c '*' 175
 left $(( R - 130 )) "memcheck (k2)" && { MXMOE_PF_CHAIN=2 timeout 110 compute-sanitizer --tool memcheck --error-exitcode 9 \
     $c/test_engine --gtest_brief=1 --gtest_filter='Layer.PrefillProgrammatic*' > $L/k2_memcheck.log 2>&1
