@@ -7,7 +7,7 @@
 # -DMXMOE_CUDA_ARCHS=90a; targets mxmoe_cli test_ep; test_ep is under build-gpu/tests/):
 #   mkdir -p /tmp/p/m && cp build-gpu/mxmoe build-gpu/tests/test_ep /tmp/p/m/
 #   tar cf - -C /tmp/p m | xz -T2 -6 > .gpubin/s64d/bins.tar.xz
-#   cp docs/pending/{s64-diag-round.sh,round_lib.sh,ncu_table.py} .gpubin/s64d/; git rev-parse --short HEAD > .gpubin/s64d/BUILT
+#   cp docs/pending/{s64-diag-round.sh,round_lib.sh,ncu_table.py,ncu_kernels.py} .gpubin/s64d/; git rev-parse --short HEAD > .gpubin/s64d/BUILT
 # then: ROUND_S=<the call's limit> bash .gpubin/s64d/s64-diag-round.sh, carry [".gpubin/s64d"]
 set -u
 B=/tmp/b64d; mkdir -p $B && [ -x $B/m/mxmoe ] || tar xJf "$(dirname "$0")/bins.tar.xz" -C $B; m=$B/m
@@ -29,24 +29,7 @@ for M in 1 16 32; do
   timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum --csv \
     $m/mxmoe bench --tokens $M --iterations 1 > $L/ncu_all_$M.csv 2>&1
   note "ncu all kernels M=$M rc=$? $(el)"
-  python3 - $L/ncu_all_$M.csv <<'PY' | tee -a $S
-import csv, sys, statistics as st
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-h = rows[0]; ki, mi, vi, ui = (h.index(x) for x in ('Kernel Name', 'Metric Name', 'Metric Value', 'Metric Unit'))
-unit = {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1, 'usecond': 1, 'ms': 1e3, 'msecond': 1e3}  # to us; counts: SI prefixes
-si = {'K': 1e3, 'M': 1e6, 'G': 1e9}
-t = {}
-for r in rows[1:]:
-    k = r[ki].replace('(anonymous namespace)::', '').replace('void ', '')
-    k = k[:k.index('(')] if '(' in k else k  # the name and its template arguments
-    k = k[k.rfind('::', 0, k.find('<') if '<' in k else len(k)) + 2:] if '::' in k else k
-    u = r[ui]; f = unit.get(u, si.get(u[:1], 1) if u[:1] in si and len(u) > 1 else 1)
-    t.setdefault((k, r[mi]), []).append(float(r[vi].replace(',', '')) * f)
-for k in sorted({k for k, _ in t}, key=lambda k: -st.median(t[(k, 'gpu__time_duration.sum')])):
-    d = t[(k, 'gpu__time_duration.sum')]
-    print('  %-44s n=%2d median %8.1f us  inst %7.2f M  dram read %7.1f MB' % (k, len(d), st.median(d),
-          st.median(t.get((k, 'smsp__inst_executed.sum'), [0])) / 1e6, st.median(t.get((k, 'dram__bytes_read.sum'), [0])) / 1e6))
-PY
+  python3 "$(dirname "$0")/ncu_kernels.py" $L/ncu_all_$M.csv | tee -a $S
 done
 # The prefill kernels at M = 16 and 32, one forward past the first: speed of light, the
 # tensor pipe, issue, warp states, occupancy.
