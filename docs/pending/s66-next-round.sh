@@ -8,14 +8,8 @@
 # top reasons). ~2 min on an H100.
 # carry [".gpubin/s64m"]; ROUND_S=<the call's limit> bash docs/pending/s66-next-round.sh
 set -u
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "GPU: $gpu"
-case "$gpu" in *H200*) ROUND_S=${ROUND_S:-560} exec bash .gpubin/s64m/s64-main-round.sh ;; esac
-B=/tmp/b64m; mkdir -p $B && [ -x $B/m/mxmoe ] || tar xJf .gpubin/s64m/bins.tar.xz -C $B; m=$B/m
-here=$(dirname "$0")
-. "$here/round_lib.sh"
+. "$(dirname "$0")/h200_dispatch.sh"
 R=${ROUND_S:-300}
-note "main $(cat .gpubin/s64m/BUILT) on $gpu"
 for M in 128 1024; do
   for k in gemm1_prefill gemm2_prefill; do
     left $(( R - 60 )) "stalls $k M=$M" || break 2

@@ -7,14 +7,9 @@
 # main's binary from the same pack (~60 s).
 # carry [".gpubin/s64m"]; ROUND_S=<the call's limit> bash docs/pending/s66-round2.sh
 set -u
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "GPU: $gpu"
-case "$gpu" in *H200*) ROUND_S=${ROUND_S:-560} exec bash .gpubin/s64m/s64-main-round.sh ;; esac
-B=/tmp/b64m; mkdir -p $B && [ -x $B/m/mxmoe ] || tar xJf .gpubin/s64m/bins.tar.xz -C $B; m=$B/m
+. "$(dirname "$0")/h200_dispatch.sh"
 here=$(dirname "$0")
-. "$here/round_lib.sh"
 R=${ROUND_S:-300}
-note "main $(cat .gpubin/s64m/BUILT) on $gpu"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee -a $S
 for M in 128 64 512; do
   timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes_read.sum --csv \
