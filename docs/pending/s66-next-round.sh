@@ -17,6 +17,7 @@ for M in 128 1024; do
       -o $L/${k}_$M $m/mxmoe bench --tokens $M --iterations 1 > $L/${k}_${M}_ncu.log 2>&1
     note "ncu $k M=$M rc=$? $(el)"
     ncu --import $L/${k}_$M.ncu-rep --page source --csv --print-source sass > $L/${k}_$M.sass.csv 2>/dev/null
+    rm -f $L/${k}_$M.ncu-rep  # the export holds what the table reads; the report is large
     python3 bench/ncu_hot_code.py $L/${k}_$M.sass.csv 2>&1 | head -25 | tee -a $S
     for r in stall_long_sb stall_barrier stall_wait; do
       python3 bench/ncu_hot_code.py $L/${k}_$M.sass.csv --top $r -n 8 2>&1 | tail -9 >> $L/${k}_${M}_top.txt
