@@ -24,8 +24,8 @@ pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all
 gtests() { timeout $4 $2/test_engine --gtest_brief=1 --gtest_filter="$3" > $L/${1}_tests.log 2>&1
   note "$1 test_engine $3 rc=$? $(passed $L/${1}_tests.log) $(el)"; grep -E "FAILED|Failure" $L/${1}_tests.log | head -5 | tee -a $S; }
 # sancheck NAME BIN TOOL FILTER: compute-sanitizer TOOL (memcheck, racecheck, synccheck) of
-# BIN's test_engine on FILTER, its summary line and verdict
-sancheck() { timeout 60 compute-sanitizer --tool $3 --error-exitcode 9 $2/test_engine --gtest_brief=1 \
+# BIN's test_engine on FILTER, its summary line and verdict; SAN_S seconds (default 60)
+sancheck() { timeout ${SAN_S:-60} compute-sanitizer --tool $3 --error-exitcode 9 $2/test_engine --gtest_brief=1 \
     --gtest_filter="$4" > $L/${1}_$3.log 2>&1
   note "$1 $3 rc=$? $(grep -E 'SUMMARY' $L/${1}_$3.log | tr '\n' ' ') $(passed $L/${1}_$3.log) $(el)"; }
 # memcheck NAME BIN FILTER: sancheck's memcheck

@@ -42,10 +42,8 @@ for r in $(seq 1 ${DEC:-2}); do  # DEC=0: no decode rounds
   done
 done
 note "exact path (the files are named _f8_ for f8_table):"; L=$L/ex f8_table u m c k1 k3; L=${L%/ex}
-# memcheck of the chain's test (three layers: ~1.5x session 64's, so not round_lib's 60 s)
-left $(( R - 130 )) "memcheck" && { timeout 110 compute-sanitizer --tool memcheck --error-exitcode 9 $c/test_engine \
-    --gtest_brief=1 --gtest_filter='Layer.PrefillProgrammatic*' > $L/c_memcheck.log 2>&1
-  note "c memcheck rc=$? $(grep -E 'SUMMARY' $L/c_memcheck.log | tr '\n' ' ') $(passed $L/c_memcheck.log) $(el)"; }
+# memcheck of the chain's test (three layers: ~1.5x session 64's, so 110 s, not round_lib's 60)
+left $(( R - 130 )) "memcheck" && SAN_S=110 memcheck c $c 'Layer.PrefillProgrammatic*'
 left $(( R - 180 )) "whole test_engine" && gtests call $c '*' 175
 for t in test_error_flags test_layer_args; do
   left $(( R - 40 )) "$t" && { timeout 30 $c/$t --gtest_brief=1 > $L/$t.log 2>&1; note "$t rc=$? $(passed $L/$t.log) $(el)"
