@@ -407,6 +407,15 @@ MXMOE_HD PfSplit pf_split(bool claimed, int tiles, int ctas, int kc_count, int t
 /// ncu at M=32 (run 3) GEMM2 75.7 / 72.8, GEMM1 163.0 / 161.3.
 MXMOE_HD constexpr int prefill_ctas_per_sm(int tok) { return tok == 32 ? 2 : 1; }
 
+/// Whether the exact prefill consumers of `tok`-token tiles decode their weights with
+/// fp4x8_to_bf16_times' shared-shift form (mx_mma.cuh: 12 integer ops per word instead of
+/// 13; every prefill chunk loop 196 -> 188 SASS instructions). Measured on an H100 against
+/// the 13-op form at every tile (session 67, graph, three alternating rounds, medians):
+/// M=128 (96-token tile) -1.9%, M=1024 (128) -0.9%, but M=16 / 32 (the 32-token tile,
+/// two CTAs per SM) +0.2% / +0.5% with 3% fewer instructions (ncu: GEMM1 at M=32 139.8 ->
+/// 142.2 us), so the 32- and 64-token tiles keep the 13-op form.
+MXMOE_HD constexpr bool pf_decode_shared_shift(int tok) { return tok >= 96; }
+
 /// Whether GEMM2's `tok`-token tiles take their B rows (contiguous) through the TMA engine
 /// (wgmma_mx.cuh pf_producer_tma): the 96- and 128-token tiles. The 32- and 64-token tiles
 /// keep the cp.async producer: TMA made gemm2_prefill<32> at M=32 86 -> 109 us (session 14).

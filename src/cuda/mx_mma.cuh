@@ -77,25 +77,42 @@ __device__ __forceinline__ void fp4x8_to_bf16(uint32_t q, uint32_t (&r)[4]) {
 /// BF16 subnormal; sign at 15), and the multiply restores the bias and applies the scale.
 /// Exact for scale bytes 0..128 (|value| <= 12; heuristics.h kPrefillMaxWeightScale,
 /// checked at load time), 0 stays +-0. The tiled word keeps each pair's sign 4 bits above
-/// its magnitude (FP16's distance, for the decode path), BF16 wants 7, so three pairs
-/// take their two fields from two shifted copies of the word: q << 3 lands pair 1's sign
-/// and pair 3's magnitude both, so it is shared, and each of those pairs is two masks.
-/// Pair 2 moves both fields with one multiply, x * (2^6 + 2^2) = (x << 6) + (x << 2):
-/// its copies share no bit that reaches a kept field (a carry out of bit 19 stops at bit
-/// 21), so the mask sees each field exactly once. 12 integer ops for eight values (three
-/// shifts, eight masks, one multiply), where the route through fp4x8_to_f16 took 19 (same
-/// words for every q: test_engine's E2m1Decode.Bf16PlacementEqualsFp16RouteForEveryWord).
+/// its magnitude (FP16's distance, for the decode path), BF16 wants 7. Pair 2 moves both
+/// fields with one multiply, x * (2^6 + 2^2) = (x << 6) + (x << 2): its copies share no
+/// bit that reaches a kept field (a carry out of bit 19 stops at bit 21), so the mask sees
+/// each field exactly once. The other pairs, two forms (heuristics.h
+/// pf_decode_shared_shift picks one per token tile; same words for every q: test_engine's
+/// E2m1Decode.Bf16PlacementEqualsFp16RouteForEveryWord):
+///   kSharedShift: each field from one of three shifted copies of q, two masks a pair;
+///     q << 3 lands pair 1's sign and pair 3's magnitude both. 12 integer ops for eight
+///     values (three shifts, eight masks, one multiply): the fewest a search over
+///     shift, mask and multiply forms found for this layout (PERFORMANCE.md, session 67).
+///   otherwise: pair 0 by x + (x >> 3) (one LEA.HI), pair 1 by x * 9 (the sign up 3),
+///     pair 3 by two shifts. 13 integer ops, more of them on the FMA pipe (IMAD).
+/// The route through fp4x8_to_f16 took 19.
+template <bool kSharedShift>
 __device__ __forceinline__ void fp4x8_to_bf16_times(uint32_t q, __nv_bfloat162 mul, uint32_t (&r)[4]) {
   constexpr uint32_t kBf16 = 0x81C081C0u;  // sign 15, magnitude 8..6 (and + 16)
   constexpr uint32_t kSign = 0x80008000u, kMag = 0x01C001C0u;
-  const uint32_t up3 = q << 3;  // pair 1's sign 12 -> 15; pair 3's magnitude 5..3 -> 8..6
-  const uint32_t down3 = q >> 3;  // pair 0's magnitude 11..9 -> 8..6
-  const uint32_t up1 = q << 1;    // pair 3's sign 14 -> 15
+  // Pair 2 the same in both forms (written in each: the 13-op form's statements stay in
+  // the order whose SASS was measured at the 32- and 64-token tiles; ptxas's schedule
+  // follows it).
   uint32_t v[4];
-  v[0] = (q & kSign) | (down3 & kMag);
-  v[1] = (up3 & kSign) | (q & kMag);
-  v[2] = ((q & 0x20072007u) * ((1u << 6) + (1u << 2))) & kBf16;  // magnitude 2..0 up 6, sign 13 up 2
-  v[3] = (up1 & kSign) | (up3 & kMag);
+  if constexpr (kSharedShift) {
+    const uint32_t up3 = q << 3;    // pair 1's sign 12 -> 15; pair 3's magnitude 5..3 -> 8..6
+    const uint32_t down3 = q >> 3;  // pair 0's magnitude 11..9 -> 8..6
+    const uint32_t up1 = q << 1;    // pair 3's sign 14 -> 15
+    v[0] = (q & kSign) | (down3 & kMag);
+    v[1] = (up3 & kSign) | (q & kMag);
+    v[2] = ((q & 0x20072007u) * ((1u << 6) + (1u << 2))) & kBf16;
+    v[3] = (up1 & kSign) | (up3 & kMag);
+  } else {
+    const uint32_t x0 = q & 0x8E008E00u;                          // pair 0: magnitude 11..9, sign 15
+    v[0] = ((x0 >> 3) | x0) & kBf16;                              // magnitude down 3
+    v[1] = ((q & 0x11C011C0u) * ((1u << 3) + 1u)) & kBf16;       // magnitude 8..6 stays, sign 12 up 3
+    v[2] = ((q & 0x20072007u) * ((1u << 6) + (1u << 2))) & kBf16;  // magnitude 2..0 up 6, sign 13 up 2
+    v[3] = ((q << 3) & kMag) | ((q << 1) & kSign);                // magnitude 5..3 up 3, sign 14 up 1
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v[i]), mul);
@@ -114,10 +131,11 @@ __device__ __forceinline__ void bf16_scale_pairs(uint32_t word, __nv_bfloat162& 
   odd = *reinterpret_cast<const __nv_bfloat162*>(&o);
 }
 /// fp4x8_to_bf16_times for one scale byte (tests).
+template <bool kSharedShift>
 __device__ __forceinline__ void fp4x8_to_bf16_scaled(uint32_t q, uint32_t scale_byte, uint32_t (&r)[4]) {
   __nv_bfloat162 even, odd;
   bf16_scale_pairs(scale_byte, even, odd);
-  fp4x8_to_bf16_times(q, __low2bfloat162(even), r);
+  fp4x8_to_bf16_times<kSharedShift>(q, __low2bfloat162(even), r);
 }
 
 /// Two floats -> their E4M3 codes, a's in the low byte: fmt::float_to_e4m3 of each, in

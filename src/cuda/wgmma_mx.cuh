@@ -549,12 +549,13 @@ __device__ __forceinline__ void pf_producer_tma(const PfOperands& o, const PfRin
 
 /// A fragments of one MX block for the two k16 steps: rows g (word w0, multiplier m0)
 /// and g + 8 (w1, m1) of this warp's m16 tile; frag[s] = {r0[2s], r1[2s], r0[2s+1],
-/// r1[2s+1]} as in warp_mma_mx.
+/// r1[2s+1]} as in warp_mma_mx. kSharedShift: fp4x8_to_bf16_times' form.
+template <bool kSharedShift>
 __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, __nv_bfloat162 m0, __nv_bfloat162 m1,
                                            uint32_t (&frag)[2][4]) {
   uint32_t r0[4], r1[4];
-  fp4x8_to_bf16_times(w0, m0, r0);
-  fp4x8_to_bf16_times(w1, m1, r1);
+  fp4x8_to_bf16_times<kSharedShift>(w0, m0, r0);
+  fp4x8_to_bf16_times<kSharedShift>(w1, m1, r1);
   frag[0][0] = r0[0]; frag[0][1] = r1[0]; frag[0][2] = r0[1]; frag[0][3] = r1[1];
   frag[1][0] = r0[2]; frag[1][1] = r1[2]; frag[1][2] = r0[3]; frag[1][3] = r1[3];
 }
@@ -562,15 +563,16 @@ __device__ __forceinline__ void pf_a_frags(uint32_t w0, uint32_t w1, __nv_bfloat
 /// The A fragments of a 64-K chunk for the two m16 tiles a and b: tiled words w (x, y:
 /// MX block 0's rows g and g + 8; z, w: block 1's) and their scale bytes s (byte 2k + h:
 /// block k, row g + 8h), as frag[block][k16]; the two tiles' decodes interleaved.
+template <bool kSharedShift>
 __device__ __forceinline__ void pf_chunk_frags(const uint4& wa, uint32_t sa, const uint4& wb, uint32_t sb,
                                                uint32_t (&fa)[2][2][4], uint32_t (&fb)[2][2][4]) {
   __nv_bfloat162 ea, oa, eb, ob;  // rows g (even bytes) and g + 8 (odd); block k in lane k
   bf16_scale_pairs(sa, ea, oa);
   bf16_scale_pairs(sb, eb, ob);
-  pf_a_frags(wa.x, wa.y, __low2bfloat162(ea), __low2bfloat162(oa), fa[0]);
-  pf_a_frags(wb.x, wb.y, __low2bfloat162(eb), __low2bfloat162(ob), fb[0]);
-  pf_a_frags(wa.z, wa.w, __high2bfloat162(ea), __high2bfloat162(oa), fa[1]);
-  pf_a_frags(wb.z, wb.w, __high2bfloat162(eb), __high2bfloat162(ob), fb[1]);
+  pf_a_frags<kSharedShift>(wa.x, wa.y, __low2bfloat162(ea), __low2bfloat162(oa), fa[0]);
+  pf_a_frags<kSharedShift>(wb.x, wb.y, __low2bfloat162(eb), __low2bfloat162(ob), fb[0]);
+  pf_a_frags<kSharedShift>(wa.z, wa.w, __high2bfloat162(ea), __high2bfloat162(oa), fa[1]);
+  pf_a_frags<kSharedShift>(wb.z, wb.w, __high2bfloat162(eb), __high2bfloat162(ob), fb[1]);
 }
 
 /// One chunk's 8 wgmmas: both accumulators over the chunk's 4 k16 steps of the B tile at
@@ -649,7 +651,7 @@ __device__ __forceinline__ void pf_mainloop(float (&acc_a)[kTok / 2], float (&ac
     wgmma_wait<0>();
     if (kc > work.kc_begin) mbar_arrive_at(empty0 + 8 * prev);
     uint32_t fa[2][2][4], fb[2][2][4];  // [MX block][k16][fragment]
-    pf_chunk_frags(wa, sa, wb, sb, fa, fb);
+    pf_chunk_frags<pf_decode_shared_shift(kTok)>(wa, sa, wb, sb, fa, fb);
     wgmma_fence();
     pf_chunk_mma(acc_a, acc_b, fa, fb, desc);
     wgmma_commit();

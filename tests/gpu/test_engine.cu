@@ -179,9 +179,11 @@ TEST(E2m1Decode, MultiplyFormEqualsShiftFormForEveryWord) {
 }
 
 // The prefill path's E2M1 -> BF16 decode (fp4x8_to_bf16_scaled, fields placed straight
-// into BF16's bits) against the route through the FP16 fields (fp4x8_to_f16, then each
-// magnitude down 3 bits), over every 32-bit weight word at the scale bytes 0 (subnormal
-// products) and kPrefillMaxWeightScale (the largest the prefill path takes).
+// into BF16's bits), both of its forms, against the route through the FP16 fields
+// (fp4x8_to_f16, then each magnitude down 3 bits), over every 32-bit weight word at the
+// scale bytes 0 (subnormal products) and kPrefillMaxWeightScale (the largest the prefill
+// path takes).
+template <bool kSharedShift>
 __global__ void fp4_bf16_forms_kernel(uint32_t scale_byte, unsigned long long* mismatches) {
   unsigned long long bad = 0;
   const uint32_t m = (scale_byte + 126u) * 0x00800080u;
@@ -190,7 +192,7 @@ __global__ void fp4_bf16_forms_kernel(uint32_t scale_byte, unsigned long long* m
   for (uint64_t q = blockIdx.x * blockDim.x + threadIdx.x; q <= 0xFFFFFFFFull; q += stride) {
     uint32_t h[4], got[4];
     mxmoe::cuda_detail::fp4x8_to_f16(static_cast<uint32_t>(q), h);
-    mxmoe::cuda_detail::fp4x8_to_bf16_scaled(static_cast<uint32_t>(q), scale_byte, got);
+    mxmoe::cuda_detail::fp4x8_to_bf16_scaled<kSharedShift>(static_cast<uint32_t>(q), scale_byte, got);
     for (int i = 0; i < 4; ++i) {
       const uint32_t v = ((h[i] >> 3) | h[i]) & 0x81C081C0u;
       const __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), mul);
@@ -202,13 +204,15 @@ __global__ void fp4_bf16_forms_kernel(uint32_t scale_byte, unsigned long long* m
 
 TEST(E2m1Decode, Bf16PlacementEqualsFp16RouteForEveryWord) {
   REQUIRE_GPU();
-  for (const uint32_t b : {0u, static_cast<uint32_t>(cd::kPrefillMaxWeightScale)}) {
-    Dev<unsigned long long> d(std::vector<unsigned long long>{0ull});
-    fp4_bf16_forms_kernel<<<132 * 16, 256>>>(b, d.p);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    EXPECT_EQ(d.down()[0], 0ull) << "scale byte " << b;
-  }
+  for (const bool shared_shift : {false, true})
+    for (const uint32_t b : {0u, static_cast<uint32_t>(cd::kPrefillMaxWeightScale)}) {
+      Dev<unsigned long long> d(std::vector<unsigned long long>{0ull});
+      if (shared_shift) fp4_bf16_forms_kernel<true><<<132 * 16, 256>>>(b, d.p);
+      else fp4_bf16_forms_kernel<false><<<132 * 16, 256>>>(b, d.p);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      EXPECT_EQ(d.down()[0], 0ull) << "scale byte " << b << (shared_shift ? ", shared-shift form" : "");
+    }
 }
 
 // ---------------------------------------------------------------- routing
@@ -671,18 +675,21 @@ TEST(Formats, DeviceBf16PairConversionEqualsDefinitionForEveryFloat) {
 
 // ---------------------------------------------------------------- prefill operands
 
+// blockIdx.z: fp4x8_to_bf16_times' form (1: shared-shift), its words after form 0's.
 __global__ void fp4_bf16_kernel(const uint32_t* words, int nwords, uint32_t* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // word
   const uint32_t b = blockIdx.y;                        // scale byte
   if (i >= nwords) return;
   uint32_t r[4];
-  cd::fp4x8_to_bf16_scaled(words[i], b, r);
-  for (int j = 0; j < 4; ++j) out[(static_cast<size_t>(b) * nwords + i) * 4 + j] = r[j];
+  if (blockIdx.z) cd::fp4x8_to_bf16_scaled<true>(words[i], b, r);
+  else cd::fp4x8_to_bf16_scaled<false>(words[i], b, r);
+  const size_t at = (static_cast<size_t>(blockIdx.z) * gridDim.y + b) * nwords + i;
+  for (int j = 0; j < 4; ++j) out[at * 4 + j] = r[j];
 }
 
-// The prefill path's weight decode: every E2M1 code of a tiled matrix times every scale
-// byte 0..kPrefillMaxWeightScale, bit for bit against formats.h (BF16 of the exact value;
-// byte 0 gives BF16 subnormals).
+// The prefill path's weight decode, both forms: every E2M1 code of a tiled matrix times
+// every scale byte 0..kPrefillMaxWeightScale, bit for bit against formats.h (BF16 of the
+// exact value; byte 0 gives BF16 subnormals).
 TEST(Prefill, Fp4ToBf16ScaledExactForAllCodesAndScaleBytes) {
   REQUIRE_GPU();
   const int64_t rows = 64, cols = 64;
@@ -693,24 +700,26 @@ TEST(Prefill, Fp4ToBf16ScaledExactForAllCodesAndScaleBytes) {
   cd::tile_mxfp4(packed.data(), scale.data(), 1, rows, cols, tp, ts);
   const int nwords = static_cast<int>(tp.size());  // [mt 4][lane 32][4]
   const int nb = cd::kPrefillMaxWeightScale + 1;
-  Dev<uint32_t> dw(tp), dout(static_cast<size_t>(nb) * nwords * 4);
-  fp4_bf16_kernel<<<dim3((nwords + 127) / 128, nb), 128>>>(dw.p, nwords, dout.p);
+  Dev<uint32_t> dw(tp), dout(static_cast<size_t>(2 * nb) * nwords * 4);
+  cudaMemset(dout.p, 0xFF, dout.n * sizeof(uint32_t));  // poison: NaN, never a wanted value
+  fp4_bf16_kernel<<<dim3((nwords + 127) / 128, nb, 2), 128>>>(dw.p, nwords, dout.p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto out = dout.down();
   int64_t bad = 0;
-  for (int b = 0; b < nb; ++b)
+  for (int b = 0; b < 2 * nb; ++b)
     for (int w = 0; w < nwords; ++w) {
       const int mt = w / 128, lane = (w / 4) % 32, wi = w % 4;
       const int g = lane / 4, t = lane % 4;
       const int64_t row = 16 * mt + g + (wi & 1 ? 8 : 0), blk = wi >> 1;
       for (int e = 0; e < 8; ++e) {
         const int64_t col = blk * 32 + 8 * t + e;
-        const double v = fmt::dequant_e2m1(packed[row * cols / 2 + col / 2], col & 1, static_cast<uint8_t>(b));
+        const double v = fmt::dequant_e2m1(packed[row * cols / 2 + col / 2], col & 1, static_cast<uint8_t>(b % nb));
         const uint16_t want = fmt::float_to_bf16(static_cast<float>(v));
         const uint32_t word = out[(static_cast<size_t>(b) * nwords + w) * 4 + e / 2];
         const uint16_t got = static_cast<uint16_t>(e & 1 ? word >> 16 : word);
         if (got != want && bad++ < 5)
-          ADD_FAILURE() << "scale byte " << b << " row " << row << " col " << col << ": " << got << " vs " << want;
+          ADD_FAILURE() << "form " << b / nb << " scale byte " << b % nb << " row " << row << " col " << col << ": "
+                        << got << " vs " << want;
       }
     }
   EXPECT_EQ(bad, 0);
