@@ -1,3 +1,7 @@
+"""ncu_listing.py SASS_CSV LO HI: the same export per instruction, for kernel offsets
+[LO, HI): offset, samples, executions, the instruction, its top three stall reasons.
+Session 67 (PERFORMANCE.md, run 0).
+"""
 import csv,sys
 f=sys.argv[1]; lo=int(sys.argv[2],0); hi=int(sys.argv[3],0)
 rows=list(csv.reader(open(f))); hdr=rows[1]; data=rows[2:]

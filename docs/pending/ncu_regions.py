@@ -1,3 +1,9 @@
+"""ncu_regions.py SASS_CSV [GRANULE]: an ncu source export (`ncu --import R --page source
+--csv --print-source sass`, with the WarpStateStats and SourceCounters sections) summed by
+code region of GRANULE bytes (default 0x400): warp-state samples, their share, executed
+warp instructions, executed HGMMA, the top five stall reasons. Regions under 0.5% of the
+samples are left out. Session 67 (PERFORMANCE.md, run 0).
+"""
 import csv,sys,collections
 f=sys.argv[1]; gran=int(sys.argv[2],0) if len(sys.argv)>2 else 0x400
 rows=list(csv.reader(open(f)))

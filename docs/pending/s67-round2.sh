@@ -4,7 +4,8 @@
 # decode tests (both forms, every 32-bit word), test_suite_cuda and a memcheck of the
 # prefill tests first, then the exact layer against main at M = 16 / 32 / 64 / 128 / 1024
 # (three alternating rounds, graph and eager), then the rest of its test_engine with the
-# time left.
+# time left. ROUNDS=0 skips the timing (the landed kernels' SASS is run 1's at the
+# 96- and 128-token tiles and main's at 32 and 64, sass_loops.py --compare).
 # Pack (.gpubin/s67b, ignored): from build-gpu at the landed commit,
 #   mkdir -p f && cp build-gpu/mxmoe build-gpu/tests/test_engine build-gpu/tests/test_suite_cuda f/
 #   tar cf - f | xz -T2 -6 > .gpubin/s67b/bins.tar.xz; rm -r f
@@ -21,7 +22,7 @@ timeout 160 $f/test_suite_cuda --gtest_brief=1 > $L/f_suite.log 2>&1
 note "f test_suite_cuda rc=$? $(passed $L/f_suite.log) $(el)"; grep -E "FAILED|Failure" $L/f_suite.log | head -3 | tee -a $S
 memcheck f $f 'Prefill*:Layer.Prefill*'
 mkdir -p $L/ex
-for r in 1 2 3; do
+for r in $(seq 1 ${ROUNDS:-3}); do
   order="m f"; [ $r = 2 ] && order="f m"
   for b in $order; do
     left $(( R - 150 )) "exact $b r$r" || break 2
@@ -31,7 +32,7 @@ for r in 1 2 3; do
     note "exact $b r$r rc=$? $(summ $L/ex/${b}_f8_$r.json) $(el)"
   done
 done
-note "exact, graph (us, three rounds; f against m, medians):"; L=$L/ex f8_table m f
-note "eager:"; L=$L/ex MODE=eager f8_table m f
+[ ${ROUNDS:-3} -gt 0 ] && { note "exact, graph (us, ROUNDS rounds; f against m, medians):"; L=$L/ex f8_table m f
+  note "eager:"; L=$L/ex MODE=eager f8_table m f; }
 T=$(( R - 15 - $(date +%s) + t0 )); [ $T -gt 30 ] && gtests f_rest $f '-E2m1Decode.*:Prefill.Fp4ToBf16*:PrefillKernels.*' $T || note "test_engine (the rest) skipped: ${T} s left"
 pack_logs
