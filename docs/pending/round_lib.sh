@@ -18,6 +18,30 @@ torch_prefill() { timeout 80 python3 bench/torch_baseline.py --tokens 128,512,10
 # f8 NAME BIN ROUND: BIN's FP8 layer at the prefill sizes beside $L/T.json, as $L/NAME_f8_ROUND.json
 f8() { timeout 45 $2/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json \
     --json $L/${1}_f8_$3.json > $L/${1}_f8_$3.log 2>&1; note "fp8 $1 r$3 rc=$? $(summ $L/${1}_f8_$3.json) $(el)"; }
+# unpack PACK TMP NAME: PACK/bins.tar.xz into TMP once (TMP/NAME/mxmoe there: done), and
+# echoes TMP/NAME, the binaries' folder (session 67)
+unpack() { mkdir -p $2 && { [ -x $2/$3/mxmoe ] || tar xJf $1/bins.tar.xz -C $2; }; echo $2/$3; }
+# gpu_name: the first GPU's name, as nvidia-smi gives it
+gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
+# suite_cuda NAME BIN: BIN's test_suite_cuda (160 s), its verdict and first failures
+suite_cuda() { timeout 160 $2/test_suite_cuda --gtest_brief=1 > $L/${1}_suite.log 2>&1
+  note "$1 test_suite_cuda rc=$? $(passed $L/${1}_suite.log) $(el)"
+  grep -E "FAILED|Failure" $L/${1}_suite.log | head -3 | tee -a $S; }
+# ab_rounds UNTIL TOKENS ITER ROUNDS A BIN_A B BIN_B: ROUNDS alternating rounds (A B, B A,
+# A B, ...) of BIN_A's and BIN_B's exact layer at TOKENS, ITER iterations a call, while the
+# round is under UNTIL s, as $L/ex/A_f8_r.json and B_f8_r.json (`L=$L/ex f8_table A B`
+# reads them; session 67)
+ab_rounds() { local until=$1 tokens=$2 iter=$3 rounds=$4 r x bin order; mkdir -p $L/ex
+  for r in $(seq 1 $rounds); do
+    order="$5 $7"; [ $(( r % 2 )) = 0 ] && order="$7 $5"
+    for x in $order; do
+      left $until "exact $x r$r" || return 0
+      bin=$6; [ $x = $7 ] && bin=$8
+      timeout 60 $bin/mxmoe bench --tokens $tokens --iterations $iter --json $L/ex/${x}_f8_$r.json \
+        > $L/ex/${x}_$r.log 2>&1
+      note "exact $x r$r rc=$? $(summ $L/ex/${x}_f8_$r.json) $(el)"
+    done
+  done; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures

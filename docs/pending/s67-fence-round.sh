@@ -13,28 +13,16 @@
 #   tar cf - n | xz -T2 -6 > .gpubin/s67f/bins.tar.xz; rm -r n
 # carry [".gpubin/s67m", ".gpubin/s67f"]; ROUND_S=<the call's limit> bash docs/pending/s67-fence-round.sh
 set -u
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "GPU: $gpu"
-B=/tmp/b67m; mkdir -p $B && [ -x $B/m/mxmoe ] || tar xJf .gpubin/s67m/bins.tar.xz -C $B; m=$B/m
-V=/tmp/b67f; mkdir -p $V && [ -x $V/n/mxmoe ] || tar xJf .gpubin/s67f/bins.tar.xz -C $V; n=$V/n
 . "$(dirname "$0")/round_lib.sh"
+gpu=$(gpu_name); echo "GPU: $gpu"
+m=$(unpack .gpubin/s67m /tmp/b67m m); n=$(unpack .gpubin/s67f /tmp/b67f n)
 note "main $(cat .gpubin/s67m/BUILT) against n on $gpu"
 R=${ROUND_S:-560}
 gtests n $n 'Prefill*:Layer.*:E2m1Decode.*' 200
-timeout 160 $n/test_suite_cuda --gtest_brief=1 > $L/n_suite.log 2>&1
-note "n test_suite_cuda rc=$? $(passed $L/n_suite.log) $(el)"; grep -E "FAILED|Failure" $L/n_suite.log | head -3 | tee -a $S
+suite_cuda n $n
 memcheck n $n 'Prefill*:Layer.Prefill*'
 sancheck n $n synccheck 'Prefill*:Layer.Prefill*'
-mkdir -p $L/ex
-for r in 1 2 3; do
-  order="m n"; [ $r = 2 ] && order="n m"
-  for b in $order; do
-    left $(( R - 120 )) "exact $b r$r" || break 2
-    bin=$m; [ $b = n ] && bin=$n
-    timeout 60 $bin/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --json $L/ex/${b}_f8_$r.json \
-      > $L/ex/${b}_$r.log 2>&1
-    note "exact $b r$r rc=$? $(summ $L/ex/${b}_f8_$r.json) $(el)"
-  done
-done
+ab_rounds $(( R - 120 )) 128,512,1024,4096 10 3 m $m n $n
 note "exact, graph (us; n against m, medians):"; L=$L/ex f8_table m n
 for b in m n n m; do
   bin=$m; [ $b = n ] && bin=$n

@@ -13,19 +13,9 @@
 set -u
 . "$(dirname "$0")/h200_dispatch.sh"
 R=${ROUND_S:-560}
-V=/tmp/b67; mkdir -p $V && [ -x $V/v/mxmoe ] || tar xJf .gpubin/s67a/bins.tar.xz -C $V; v=$V/v
+v=$(unpack .gpubin/s67a /tmp/b67 v)
 gtests v $v 'E2m1Decode.*' 60
-mkdir -p $L/ex
-for r in 1 2 3; do
-  order="m v"; [ $r = 2 ] && order="v m"
-  for b in $order; do
-    left $(( R - 150 )) "exact $b r$r" || break 2
-    bin=$m; [ $b = v ] && bin=$v
-    timeout 60 $bin/mxmoe bench --tokens 16,32,128,1024 --iterations 20 --json $L/ex/${b}_f8_$r.json \
-      > $L/ex/${b}_$r.log 2>&1
-    note "exact $b r$r rc=$? $(summ $L/ex/${b}_f8_$r.json) $(el)"
-  done
-done
+ab_rounds $(( R - 150 )) 16,32,128,1024 20 3 m $m v $v
 for b in m v; do
   bin=$m; [ $b = v ] && bin=$v
   for M in 32 1024; do
@@ -52,8 +42,7 @@ for f in sorted(glob.glob(L + '/ncu_*.csv')):
 PY
 note "exact, graph (us, three rounds; v against m, medians):"; L=$L/ex f8_table m v
 note "eager:"; L=$L/ex MODE=eager f8_table m v
-left $(( R - 170 )) "test_suite_cuda" && { timeout 160 $v/test_suite_cuda --gtest_brief=1 > $L/v_suite.log 2>&1
-  note "v test_suite_cuda rc=$? $(passed $L/v_suite.log) $(el)"; grep -E "FAILED|Failure" $L/v_suite.log | head -3 | tee -a $S; }
+left $(( R - 170 )) "test_suite_cuda" && suite_cuda v $v
 left $(( R - 70 )) "memcheck" && memcheck v $v 'Prefill*:Layer.Prefill*'
 T=$(( R - 15 - $(date +%s) + t0 )); [ $T -gt 30 ] && gtests v_all $v '-E2m1Decode.*' $T || note "test_engine (the rest) skipped: ${T} s left"
 pack_logs
