@@ -12,7 +12,9 @@ cache sets modulo P hold 1, 2, 3... hot lines. Session 20 (docs/PERFORMANCE.md) 
 GEMM1 kernel whose epilogue missed the instruction cache at every 256 bytes
 (no_inst stalls) when cold code spread its hot code so that lines aliased modulo 64 KB.
 With --top REASON it lists the instructions with the most samples of that reason
-(e.g. stall_no_inst, stall_long_sb, or "Warp Stall Sampling (All Samples)").
+(e.g. stall_no_inst, stall_long_sb, or "Warp Stall Sampling (All Samples)"); with
+--regions BYTES the samples per code region (session 67: which loop, and which part of
+it, the warps wait in); with --listing LO HI every instruction in [LO, HI).
 """
 import argparse
 import collections
@@ -62,12 +64,16 @@ def load(path):
     return kernel, out
 
 
+def reasons_of(row):
+    """A row's stall samples by reason (issued and not issued), as stall_totals counts them."""
+    return collections.Counter({k[len("stall_"):]: v for k, v in row.items()
+                                if k.startswith("stall_") and "(Not Issued)" not in k and isinstance(v, float)})
+
+
 def stall_totals(rows):
     reasons = collections.Counter()
     for r in rows:
-        for k, v in r.items():
-            if k.startswith("stall_") and "(Not Issued)" not in k and isinstance(v, float):
-                reasons[k[len("stall_"):]] += v
+        reasons.update(reasons_of(r))
     return reasons
 
 
@@ -92,12 +98,49 @@ def alias_histogram(lines, period_bytes):
     return dict(sorted(collections.Counter(per_set.values()).items()))
 
 
+def top_reasons(reasons, n):
+    return " ".join(f"{k}:{v:.0f}" for k, v in reasons.most_common(n) if v)
+
+
+def print_regions(rows, granule):
+    """Samples, their share, executions, HGMMA executions and top reasons per code region
+    of `granule` bytes (regions under 0.5% of the samples left out)."""
+    total = sum(r.get(SAMPLES, 0.0) for r in rows)
+    print(f"  total samples {total:.0f}")
+    regions = collections.OrderedDict()
+    for r in rows:
+        g = regions.setdefault(r["offset"] // granule * granule,
+                               {"samples": 0.0, "executed": 0.0, "hgmma": 0.0, "reasons": collections.Counter()})
+        g["samples"] += r.get(SAMPLES, 0.0)
+        g["executed"] += r.get(EXECUTED, 0.0)
+        if "HGMMA" in r["source"]:
+            g["hgmma"] += r.get(EXECUTED, 0.0)
+        g["reasons"] += reasons_of(r)
+    for start, g in regions.items():
+        if total <= 0 or g["samples"] < 0.005 * total:
+            continue
+        print(f"  {start:#07x} {g['samples']:6.0f} {100 * g['samples'] / total:5.1f}% ex={g['executed']:9.0f} "
+              f"hg={g['hgmma']:8.0f} {top_reasons(g['reasons'], 5)}")
+
+
+def print_listing(rows, lo, hi):
+    """Each instruction at offsets [lo, hi): samples, executions, source, top reasons."""
+    for r in rows:
+        if lo <= r["offset"] < hi:
+            print(f"  {r['offset']:#07x} {r.get(SAMPLES, 0.0):5.0f} {r.get(EXECUTED, 0.0):9.0f} "
+                  f"{r['source'][:60]:60s} {top_reasons(reasons_of(r), 3)}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass exports")
     ap.add_argument("--hot", type=float, default=2000, help="executions that make an instruction hot")
     ap.add_argument("--top", metavar="REASON", help="list the instructions with most samples of REASON")
     ap.add_argument("-n", type=int, default=20, help="how many instructions --top lists")
+    ap.add_argument("--regions", type=lambda t: int(t, 0), metavar="BYTES",
+                    help="also the samples per code region of BYTES (e.g. 0x200): where in the kernel the warps wait")
+    ap.add_argument("--listing", nargs=2, type=lambda t: int(t, 0), metavar=("LO", "HI"),
+                    help="also each instruction at offsets [LO, HI) with its samples and top stall reasons")
     a = ap.parse_args(argv)
     for path in a.csv:
         kernel, rows = load(path)
@@ -114,6 +157,10 @@ def main(argv=None):
               + " ".join(f"{x:#x}-{y:#x}" for x, y in ranges(lines)))
         for p in PERIODS_KB:
             print(f"  sets modulo {p} KB holding k hot lines, {{k: sets}}: {alias_histogram(lines, p * 1024)}")
+        if a.regions:
+            print_regions(rows, a.regions)
+        if a.listing:
+            print_listing(rows, *a.listing)
         if a.top:
             key = a.top if a.top in rows[0] else f"stall_{a.top}"
             if rows and key not in rows[0]:

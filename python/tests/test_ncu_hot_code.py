@@ -60,3 +60,27 @@ def test_main_prints_and_rejects_other_csv(tmp_path, capsys):
         assert "not an ncu --page source export" in str(e)
     else:
         raise AssertionError("a CSV without the source page's header was accepted")
+
+
+def test_regions_and_listing(tmp_path, capsys):
+    base = 0x7F0000000000
+    rows = [
+        (hex(base), "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R4", "60", "100", "-", "0", "50", "0"),
+        (hex(base + 0x10), "HGMMA.64x128x16.F32.BF16 R24, R168, gdesc[UR24], R24", "30", "100", "-", "0", "0", "0"),
+        (hex(base + 0x200), "LOP3.LUT R1, R2, 0x1, RZ, 0xc0, !PT", "9", "300", "-", "2", "0", "0"),
+        (hex(base + 0x400), "NOP", "1", "7", "-", "0", "0", "0"),  # 1% of the samples: listed
+    ]
+    f = tmp_path / "k.sass.csv"
+    write_export(f, rows)
+    assert hot.main([str(f), "--regions", "0x200", "--listing", "0x0", "0x200"]) == 0
+    out = capsys.readouterr().out
+    assert "total samples 100" in out
+    # Region 0: both instructions' samples, executions and HGMMA executions, long_sb first.
+    assert "0x00000     90  90.0% ex=      200 hg=     100 long_sb:50" in out
+    assert "0x00200      9   9.0% ex=      300 hg=       0 no_inst:2" in out
+    assert "0x00400      1   1.0% ex=        7 hg=       0" in out
+    # The listing: the two instructions of [0, 0x200) only, with their top reasons.
+    listed = [l for l in out.splitlines() if any(op in l for op in ("TRYWAIT", "HGMMA", "LOP3", "NOP"))]
+    assert len(listed) == 2
+    assert listed[0].split()[:3] == ["0x00000", "60", "100"] and listed[0].endswith("long_sb:50")
+    assert listed[1].split()[:3] == ["0x00010", "30", "100"]
