@@ -1,6 +1,7 @@
-"""ncu_table.py DIR BASE OTHER: the medians of gemm1_fp8 / gemm2_fp8's duration and
+"""ncu_table.py DIR BASE OTHER: the medians of the GEMMs' duration and
 executed instructions per variant and M, from DIR's ncu_<variant>_<M>_<n>.csv
-(s62-ncu.sh, s62-e-round.sh, s63-ex-round.sh), OTHER against BASE."""
+(round_lib.sh ncu_fp8 / ncu_times: s62-ncu.sh, s62-e-round.sh, s63-ex-round.sh,
+s67-fence-round.sh), OTHER against BASE; a kernel named gemm1... is GEMM1, any other GEMM2."""
 import collections, csv, glob, os, statistics, sys
 
 d, base, other = sys.argv[1], sys.argv[2], sys.argv[3]

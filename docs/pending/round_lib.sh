@@ -57,10 +57,14 @@ memcheck() { sancheck "$1" "$2" memcheck "$3"; }
 # ncu_fp8 NAME BIN M [SECONDS]: ncu of BIN's gemm1_fp8 / gemm2_fp8 over one bench call at M
 # (duration and executed instructions, unmodified clocks) as $L/ncu_NAME_M_<n>.csv, for
 # ncu_table.py (session 62)
-ncu_fp8() { local n; n=$(ls $L/ncu_${1}_${3}_*.csv 2>/dev/null | wc -l)
-  timeout ${4:-40} ncu --clock-control none --kernel-name regex:'gemm[12]_fp8' \
+ncu_fp8() { ncu_times "$1" "$2" "$3" 'gemm[12]_fp8' fp8 "${4:-40}"; }
+# ncu_times NAME BIN M KERNELS PRECISION [SECONDS]: the same for the kernels matching the
+# regex KERNELS over one bench call of PRECISION (exact, fp8) at M, as
+# $L/ncu_NAME_M_<n>.csv (session 67: gemm2_prefill)
+ncu_times() { local n; n=$(ls $L/ncu_${1}_${3}_*.csv 2>/dev/null | wc -l)
+  timeout ${6:-40} ncu --clock-control none --kernel-name regex:"$4" \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
-    $2/mxmoe bench --tokens $3 --iterations 1 --precision fp8 > $L/ncu_${1}_${3}_$n.csv 2>&1
+    $2/mxmoe bench --tokens $3 --iterations 1 --precision $5 > $L/ncu_${1}_${3}_$n.csv 2>&1
   note "ncu $1 $3 rc=$? $(el)"; }
 # f8_table BASE V...: the f8 rounds' graph times per M (MODE=eager: the eager ones), each
 # variant against BASE (medians)

@@ -27,23 +27,8 @@ note "exact, graph (us; n against m, medians):"; L=$L/ex f8_table m n
 for b in m n n m; do
   bin=$m; [ $b = n ] && bin=$n
   for M in 1024 4096; do
-    left $(( R - 40 )) "ncu $b $M" || break 2
-    timeout 40 ncu --clock-control none --kernel-name regex:'gemm2_prefill' \
-      --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv \
-      $bin/mxmoe bench --tokens $M --iterations 1 > $L/ncu_${b}_${M}_$(ls $L/ncu_${b}_${M}_* 2>/dev/null | wc -l).csv 2>&1
-    note "ncu $b $M rc=$? $(el)"
+    left $(( R - 40 )) "ncu $b $M" && ncu_times $b $bin $M gemm2_prefill exact
   done
 done
-python3 - $L <<'PY' | tee -a $S
-import csv, glob, sys, statistics as st
-for f in sorted(glob.glob(sys.argv[1] + '/ncu_*.csv')):
-    rows = [r for r in csv.reader(open(f)) if len(r) > 10]
-    if not rows: print(f.split('/')[-1], 'no rows'); continue
-    h = rows[0]; im = h.index('Metric Name'); iv = h.index('Metric Value')
-    d = {}
-    for r in rows[1:]: d.setdefault(r[im], []).append(float(r[iv].replace(',', '')))
-    print(f.split('/')[-1], 'gemm2_prefill %.1f us %.2f M inst (medians of %d launches)' % (
-        st.median(d['gpu__time_duration.sum']) / 1e3, st.median(d['smsp__inst_executed.sum']) / 1e6,
-        len(d['gpu__time_duration.sum'])))
-PY
+python3 "$RL_DIR/ncu_table.py" $L m n | tee -a $S
 pack_logs
