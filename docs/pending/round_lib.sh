@@ -42,6 +42,15 @@ ab_rounds() { local until=$1 tokens=$2 iter=$3 rounds=$4 r x bin order; mkdir -p
       note "exact $x r$r rc=$? $(summ $L/ex/${x}_f8_$r.json) $(el)"
     done
   done; }
+# decode_rounds NAME BIN ROUNDS: the PyTorch BF16 baseline at M=1..32 into $L/Td.json, then
+# ROUNDS rounds of BIN's layer at those sizes beside it, as $L/NAME_dec_<round>.json (session 68)
+decode_rounds() { local r
+  timeout 50 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32 --iterations 10 --json $L/Td.json > $L/Td.log 2>&1
+  note "torch decode rc=$? $(el)"
+  for r in $(seq 1 $3); do
+    timeout 40 $2/mxmoe bench --tokens 1,2,4,8,16,32 --iterations 20 --baseline $L/Td.json --json $L/${1}_dec_$r.json > $L/${1}_dec_$r.log 2>&1
+    note "decode r$r rc=$? $(summ $L/${1}_dec_$r.json) $(el)"
+  done; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures

@@ -30,12 +30,7 @@ f8 m $m 2
 timeout 45 $m/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --baseline $L/T.json \
   --json $L/m_exact_2.json > $L/m_exact_2.log 2>&1; note "exact r2 rc=$? $(summ $L/m_exact_2.json) $(el)"
 f8 m $m 3
-timeout 50 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32 --iterations 10 --json $L/Td.json > $L/Td.log 2>&1
-note "torch decode rc=$? $(el)"
-for r in 1 2; do
-  timeout 40 $m/mxmoe bench --tokens 1,2,4,8,16,32 --iterations 20 --baseline $L/Td.json --json $L/m_dec_$r.json > $L/m_dec_$r.log 2>&1
-  note "decode r$r rc=$? $(summ $L/m_dec_$r.json) $(el)"
-done
+decode_rounds m $m 2
 clock_probe m $m 4096
 left $(( R - 200 )) "test_suite_cuda" && { timeout 150 $m/test_suite_cuda --gtest_brief=1 > $L/test_suite_cuda.log 2>&1
   note "test_suite_cuda rc=$? $(passed $L/test_suite_cuda.log) $(el)"; grep -E "FAILED|Failure" $L/test_suite_cuda.log | head -3 | tee -a $S; }

@@ -28,12 +28,7 @@ if [ "${PART:-1}" = 1 ]; then
     timeout 120 $m/mxmoe bench --tokens 16384 --iterations 5 --precision $p --baseline $L/T16.json \
       --json $L/m_${p}16k.json > $L/m_${p}16k.log 2>&1; note "$p 16384 rc=$? $(summ $L/m_${p}16k.json) $(el)"
   done
-  timeout 50 python3 bench/torch_baseline.py --tokens 1,2,4,8,16,32 --iterations 10 --json $L/Td.json > $L/Td.log 2>&1
-  note "torch decode rc=$? $(el)"
-  for r in 1 2; do
-    timeout 40 $m/mxmoe bench --tokens 1,2,4,8,16,32 --iterations 20 --baseline $L/Td.json --json $L/m_dec_$r.json > $L/m_dec_$r.log 2>&1
-    note "decode r$r rc=$? $(summ $L/m_dec_$r.json) $(el)"
-  done
+  decode_rounds m $m 2
   clock_probe m $m 4096
   left $(( R - 160 )) "test_suite_cuda" && suite_cuda m $m
 else
