@@ -51,6 +51,20 @@ decode_rounds() { local r
     timeout 40 $2/mxmoe bench --tokens 1,2,4,8,16,32 --iterations 20 --baseline $L/Td.json --json $L/${1}_dec_$r.json > $L/${1}_dec_$r.log 2>&1
     note "decode r$r rc=$? $(summ $L/${1}_dec_$r.json) $(el)"
   done; }
+# m16k NAME BIN ROUNDS: the PyTorch BF16 baseline at M=16384 into $L/T16.json, then ROUNDS
+# rounds of BIN's exact and FP8 layers there beside it (alternating which goes first), as
+# $L/NAME_<precision>_16k_<round>.json (session 68)
+m16k() { local r x order
+  timeout 150 python3 bench/torch_baseline.py --tokens 16384 --iterations 5 --json $L/T16.json > $L/T16.log 2>&1
+  note "torch 16384 rc=$? $(el)"
+  for r in $(seq 1 $3); do
+    order="exact fp8"; [ $(( r % 2 )) = 0 ] && order="fp8 exact"
+    for x in $order; do
+      timeout 120 $2/mxmoe bench --tokens 16384 --iterations 5 --precision $x --baseline $L/T16.json \
+        --json $L/${1}_${x}_16k_$r.json > $L/${1}_${x}_16k_$r.log 2>&1
+      note "$x 16384 r$r rc=$? $(summ $L/${1}_${x}_16k_$r.json) $(el)"
+    done
+  done; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures

@@ -7,14 +7,5 @@ set -u
 . "$(dirname "$0")/round_lib.sh"
 m=$(unpack .gpubin/s67m /tmp/b67m m)
 note "main $(cat .gpubin/s67m/BUILT) on $(gpu_name)"
-timeout 150 python3 bench/torch_baseline.py --tokens 16384 --iterations 5 --json $L/T16.json > $L/T16.log 2>&1
-note "torch 16384 rc=$? $(el)"
-for r in 1 2; do
-  order="exact fp8"; [ $r = 2 ] && order="fp8 exact"
-  for p in $order; do
-    timeout 120 $m/mxmoe bench --tokens 16384 --iterations 5 --precision $p --baseline $L/T16.json \
-      --json $L/${p}_16k_$r.json > $L/${p}_16k_$r.log 2>&1
-    note "$p r$r rc=$? $(summ $L/${p}_16k_$r.json) $(el)"
-  done
-done
+m16k m $m 2
 pack_logs

@@ -22,12 +22,7 @@ if [ "${PART:-1}" = 1 ]; then
     timeout 45 $m/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --baseline $L/T.json \
       --json $L/m_exact_$r.json > $L/m_exact_$r.log 2>&1; note "exact r$r rc=$? $(summ $L/m_exact_$r.json) $(el)"
   done
-  timeout 150 python3 bench/torch_baseline.py --tokens 16384 --iterations 5 --json $L/T16.json > $L/T16.log 2>&1
-  note "torch 16384 rc=$? $(el)"
-  for p in exact fp8; do
-    timeout 120 $m/mxmoe bench --tokens 16384 --iterations 5 --precision $p --baseline $L/T16.json \
-      --json $L/m_${p}16k.json > $L/m_${p}16k.log 2>&1; note "$p 16384 rc=$? $(summ $L/m_${p}16k.json) $(el)"
-  done
+  m16k m $m 1
   decode_rounds m $m 2
   clock_probe m $m 4096
   left $(( R - 160 )) "test_suite_cuda" && suite_cuda m $m
