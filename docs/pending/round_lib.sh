@@ -65,6 +65,24 @@ m16k() { local r x order
       note "$x 16384 r$r rc=$? $(summ $L/${1}_${x}_16k_$r.json) $(el)"
     done
   done; }
+# kernels_at NAME BIN M: every kernel of one exact bench call of BIN at M under ncu, as the
+# median us per kernel name into the summary (a probe's check that no generic fallback
+# did the work: gemm1_act_kernel / gemm2_kernel leave at once, ~3 us; session 69)
+kernels_at() { timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv $2/mxmoe bench --tokens $3 \
+    --iterations 1 > $L/${1}_all_kernels_$3.csv 2>&1
+  note "$1's kernels at M=$3 rc=$? (median us per kernel) $(el):"
+  python3 - $L/${1}_all_kernels_$3.csv <<'PY' | tee -a $S
+import csv, collections, statistics, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+h = rows[0] if rows else []
+if 'Kernel Name' not in h: print('  (no ncu rows)'); sys.exit()
+iK, iN, iU, iV = (h.index(x) for x in ('Kernel Name', 'Metric Name', 'Metric Unit', 'Metric Value'))
+us = {'nsecond': 1e-3, 'ns': 1e-3, 'usecond': 1.0, 'us': 1.0, 'msecond': 1e3, 'ms': 1e3}; t = collections.defaultdict(list)
+for r in rows[1:]:
+    if r[iN] == 'gpu__time_duration.sum': t[r[iK].split('(')[0].split('<')[0]].append(float(r[iV].replace(',', '')) * us[r[iU]])
+for k, v in sorted(t.items(), key=lambda kv: -statistics.median(kv[1])): print('  %-28s %8.1f us (%d)' % (k, statistics.median(v), len(v)))
+PY
+}
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Session 69: two timing-only probes of a cheaper exact-prefill consumer beside main, on
+# whatever GPU comes (results of p and q are WRONG by design: no tests, bench times only):
+#   m  main d2e4033's binaries (.gpubin/s67m; main's kernels unchanged since)
+#   p  session 68's FP16-operand probe (.gpubin/s68p, s68-f16-probe.patch): every prefill
+#      chunk loop 185-196 -> 163-167 SASS instructions
+#   q  this session's FP8-operand probe (.gpubin/s69q, s69-f8-probe.patch on 3f1b987, built
+#      with -DMXMOE_PROBE_FP8_OPERANDS): the consumers turn each word of 8 E2M1 codes into
+#      8 E4M3 bytes through a per-(row, block) table (two PRMTs) and issue one FP8 k32 wgmma
+#      per MX block and m64 tile (4 per chunk instead of 8 BF16 k16): every prefill chunk
+#      loop 185-196 -> 128-131 instructions. What the real design would add (an E4M3
+#      activation tile, half the B bytes; fp32 promotion every 128 K with per-token scales,
+#      a second accumulator set) is left out, so q is its upper bound.
+# The question: how much of issue 5's M=128 (345 us exact, target 222) and issue 4's
+# M=16 / 32 (213 / 218 us, target 139) do ~33% fewer consumer instructions and half the
+# tensor time buy?
+# q's kernels once at M=32 and 128 under ncu (no generic fallback may do the work),
+# three rotating rounds of m, p, q at M=16..4096 (graph and eager), ncu of both prefill
+# GEMMs at M=32 and 128 for m, q, p.
+# carry [".gpubin/s67m", ".gpubin/s68p", ".gpubin/s69q"]; ROUND_S=<the call's limit> bash docs/pending/s69-probes-round.sh
+set -u
+. "$(dirname "$0")/round_lib.sh"
+m=$(unpack .gpubin/s67m /tmp/b67m m); p=$(unpack .gpubin/s68p /tmp/b68p p); q=$(unpack .gpubin/s69q /tmp/b69q q)
+note "main $(cat .gpubin/s67m/BUILT) against p ($(cat .gpubin/s68p/BUILT)) and q ($(cat .gpubin/s69q/BUILT)) on $(gpu_name)"
+R=${ROUND_S:-300}
+kernels_at q $q 32
+kernels_at q $q 128
+mkdir -p $L/ex
+for r in 1 2 3; do
+  case $r in 1) order="m p q" ;; 2) order="q m p" ;; 3) order="p q m" ;; esac
+  for x in $order; do
+    left $(( R - 90 )) "exact $x r$r" || break 2
+    bin=$m; [ $x = p ] && bin=$p; [ $x = q ] && bin=$q
+    timeout 60 $bin/mxmoe bench --tokens 16,32,64,128,1024,4096 --iterations 10 --json $L/ex/${x}_f8_$r.json \
+      > $L/ex/${x}_$r.log 2>&1
+    note "exact $x r$r rc=$? $(summ $L/ex/${x}_f8_$r.json) $(el)"
+  done
+done
+note "exact, graph (us; p and q against m, medians):"; L=$L/ex f8_table m p q
+note "eager:"; L=$L/ex MODE=eager f8_table m p q
+for b in m q p; do
+  bin=$m; [ $b = p ] && bin=$p; [ $b = q ] && bin=$q
+  for M in 32 128; do left $(( R - 35 )) "ncu $b $M" && ncu_times $b $bin $M 'gemm[12]_prefill' exact; done
+done
+python3 "$RL_DIR/ncu_table.py" $L m q | tee -a $S
+python3 "$RL_DIR/ncu_table.py" $L m p | tee -a $S
+pack_logs
