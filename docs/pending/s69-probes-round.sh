@@ -11,37 +11,42 @@
 #      loop 185-196 -> 128-131 instructions. What the real design would add (an E4M3
 #      activation tile, half the B bytes; fp32 promotion every 128 K with per-token scales,
 #      a second accumulator set) is left out, so q is its upper bound.
+#   r  q with the promotion (.gpubin/s69r, s69-f8-promote-probe.patch = q's patch and
+#      -DMXMOE_PROBE_FP8_PROMOTE): each 128 K's wgmmas into a second accumulator set, then
+#      kTok / 2 FFMAs per tile by per-token scales from shared memory. ptxas spills 544-572
+#      bytes at the 128-token tile (M >= 1024 there: not this design's sizes), 8-44 at 96.
 # The question: how much of issue 5's M=128 (345 us exact, target 222) and issue 4's
 # M=16 / 32 (213 / 218 us, target 139) do ~33% fewer consumer instructions and half the
 # tensor time buy?
-# q's kernels once at M=32 and 128 under ncu (no generic fallback may do the work),
-# three rotating rounds of m, p, q at M=16..4096 (graph and eager), ncu of both prefill
-# GEMMs at M=32 and 128 for m, q, p.
-# carry [".gpubin/s67m", ".gpubin/s68p", ".gpubin/s69q"]; ROUND_S=<the call's limit> bash docs/pending/s69-probes-round.sh
+# q's and r's kernels once at M=128 under ncu (no generic fallback may do the work),
+# three rotating rounds of m, p, q, r at M=16..4096 (graph and eager), ncu of both prefill
+# GEMMs at M=32 and 128 for m, r, q, p.
+# carry [".gpubin/s67m", ".gpubin/s68p", ".gpubin/s69q", ".gpubin/s69r"]; ROUND_S=<the call's limit> bash docs/pending/s69-probes-round.sh
 set -u
 . "$(dirname "$0")/round_lib.sh"
 m=$(unpack .gpubin/s67m /tmp/b67m m); p=$(unpack .gpubin/s68p /tmp/b68p p); q=$(unpack .gpubin/s69q /tmp/b69q q)
-note "main $(cat .gpubin/s67m/BUILT) against p ($(cat .gpubin/s68p/BUILT)) and q ($(cat .gpubin/s69q/BUILT)) on $(gpu_name)"
+r=$(unpack .gpubin/s69r /tmp/b69r r)
+note "main $(cat .gpubin/s67m/BUILT) against p ($(cat .gpubin/s68p/BUILT)), q ($(cat .gpubin/s69q/BUILT)) and r ($(cat .gpubin/s69r/BUILT)) on $(gpu_name)"
 R=${ROUND_S:-300}
-kernels_at q $q 32
+bin_of() { case $1 in m) echo $m ;; p) echo $p ;; q) echo $q ;; r) echo $r ;; esac; }
 kernels_at q $q 128
+kernels_at r $r 128
 mkdir -p $L/ex
-for r in 1 2 3; do
-  case $r in 1) order="m p q" ;; 2) order="q m p" ;; 3) order="p q m" ;; esac
+for rd in 1 2 3; do
+  case $rd in 1) order="m p q r" ;; 2) order="r m q p" ;; 3) order="q r p m" ;; esac
   for x in $order; do
-    left $(( R - 90 )) "exact $x r$r" || break 2
-    bin=$m; [ $x = p ] && bin=$p; [ $x = q ] && bin=$q
-    timeout 60 $bin/mxmoe bench --tokens 16,32,64,128,1024,4096 --iterations 10 --json $L/ex/${x}_f8_$r.json \
-      > $L/ex/${x}_$r.log 2>&1
-    note "exact $x r$r rc=$? $(summ $L/ex/${x}_f8_$r.json) $(el)"
+    left $(( R - 90 )) "exact $x r$rd" || break 2
+    timeout 60 $(bin_of $x)/mxmoe bench --tokens 16,32,64,128,1024,4096 --iterations 10 --json $L/ex/${x}_f8_$rd.json \
+      > $L/ex/${x}_$rd.log 2>&1
+    note "exact $x r$rd rc=$? $(summ $L/ex/${x}_f8_$rd.json) $(el)"
   done
 done
-note "exact, graph (us; p and q against m, medians):"; L=$L/ex f8_table m p q
-note "eager:"; L=$L/ex MODE=eager f8_table m p q
-for b in m q p; do
-  bin=$m; [ $b = p ] && bin=$p; [ $b = q ] && bin=$q
-  for M in 32 128; do left $(( R - 35 )) "ncu $b $M" && ncu_times $b $bin $M 'gemm[12]_prefill' exact; done
+note "exact, graph (us; p, q and r against m, medians):"; L=$L/ex f8_table m p q r
+note "eager:"; L=$L/ex MODE=eager f8_table m p q r
+for b in m r q p; do
+  for M in 32 128; do left $(( R - 35 )) "ncu $b $M" && ncu_times $b $(bin_of $b) $M 'gemm[12]_prefill' exact; done
 done
+python3 "$RL_DIR/ncu_table.py" $L m r | tee -a $S
 python3 "$RL_DIR/ncu_table.py" $L m q | tee -a $S
 python3 "$RL_DIR/ncu_table.py" $L m p | tee -a $S
 pack_logs
