@@ -22,6 +22,9 @@
 # three rotating rounds of m, p, q, r at M=16..4096 (graph and eager), ncu of both prefill
 # GEMMs at M=32 and 128 for m, r, q, p.
 # carry [".gpubin/s67m", ".gpubin/s68p", ".gpubin/s69q", ".gpubin/s69r"]; ROUND_S=<the call's limit> bash docs/pending/s69-probes-round.sh
+# Ran in session 69 (run 1, an H100): q's and r's wrong intermediates set the exact path's
+# fallback word, so their GEMM2 prefill kernels left at once and the generic kernels did
+# the layer; only their GEMM1 figures (ncu) count (PERFORMANCE.md session 69).
 set -u
 . "$(dirname "$0")/round_lib.sh"
 m=$(unpack .gpubin/s67m /tmp/b67m m); p=$(unpack .gpubin/s68p /tmp/b68p p); q=$(unpack .gpubin/s69q /tmp/b69q q)
