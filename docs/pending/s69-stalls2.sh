@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 69, run 3 (prepared): where GEMM1's warps wait at M=128 (run 2: latency-bound,
+# Session 69, run 3 (ran on an H100): where GEMM1's warps wait at M=128 (run 2: latency-bound,
 # 2.95 warps per scheduler, each issuing every 5.6-6.0 cycles), main (m) against the
 # FP8-operand probe (q): ncu's per-reason stall ratios (warps stalled per issued
 # instruction) of gemm1_prefill, one launch past the first two, at M=128 and 32. First, on
