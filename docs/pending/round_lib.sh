@@ -83,6 +83,20 @@ for r in rows[1:]:
 for k, v in sorted(t.items(), key=lambda kv: -statistics.median(kv[1])): print('  %-28s %8.1f us (%d)' % (k, statistics.median(v), len(v)))
 PY
 }
+# m16k_on_h200 NAME BIN: m16k NAME BIN 2 where the GPU is an H200 (issue 5's figures are
+# the H200's), else a note that it was skipped (session 69)
+m16k_on_h200() { case "$(gpu_name)" in *H200*) m16k $1 $2 2 ;; *) note "not an H200: M=16384 skipped" ;; esac; }
+# gemm1_ncu_mq TAG NCU_ARGS...: ncu (NCU_ARGS, CSV) of gemm1_prefill, one launch past the
+# first two, for the round's $m and $q at M=128 and 32, as $L/TAG_<m|q>_<M>.csv (session 69)
+gemm1_ncu_mq() { local tag=$1 b bin M; shift
+  for b in m q; do
+    bin=$m; [ $b = q ] && bin=$q
+    for M in 128 32; do
+      timeout 90 ncu --clock-control none --kernel-name regex:gemm1_prefill --launch-skip 2 --launch-count 1 "$@" \
+        --csv $bin/mxmoe bench --tokens $M --iterations 1 > $L/${tag}_${b}_$M.csv 2>&1
+      note "$tag $b $M rc=$? $(el)"
+    done
+  done; }
 # pack_logs: the logs as one archive under $OUT (fewer files to bring back)
 pack_logs() { tar czf /tmp/all.tgz -C $OUT l 2>/dev/null; rm -rf $L; mv /tmp/all.tgz $OUT/; }
 # gtests NAME BIN FILTER SECONDS: BIN's test_engine on FILTER, its verdict and first failures

@@ -8,17 +8,10 @@
 set -u
 . "$(dirname "$0")/round_lib.sh"
 m=$(unpack .gpubin/s67m /tmp/b67m m); q=$(unpack .gpubin/s69q /tmp/b69q q)
-g=$(gpu_name); note "main $(cat .gpubin/s67m/BUILT) and q ($(cat .gpubin/s69q/BUILT)) on $g"
-case "$g" in *H200*) m16k m $m 2 ;; *) note "not an H200: M=16384 skipped" ;; esac
-for b in m q; do
-  bin=$m; [ $b = q ] && bin=$q
-  for M in 128 32; do
-    timeout 90 ncu --clock-control none --kernel-name regex:gemm1_prefill --launch-skip 2 --launch-count 1 \
-      --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section SpeedOfLight \
-      --csv --page details $bin/mxmoe bench --tokens $M --iterations 1 > $L/stall_${b}_$M.csv 2>&1
-    note "stalls $b $M rc=$? $(el)"
-  done
-done
+note "main $(cat .gpubin/s67m/BUILT) and q ($(cat .gpubin/s69q/BUILT)) on $(gpu_name)"
+m16k_on_h200 m $m
+gemm1_ncu_mq stall --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section SpeedOfLight \
+  --page details
 python3 - $L <<'PY' | tee -a $S
 import csv, glob, os, sys
 vals = {}
