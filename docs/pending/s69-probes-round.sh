@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 69: two timing-only probes of a cheaper exact-prefill consumer beside main, on
-# whatever GPU comes (results of p and q are WRONG by design: no tests, bench times only):
+# Session 69: three timing-only probes of a cheaper exact-prefill consumer beside main, on
+# whatever GPU comes (results of p, q and r are WRONG by design: no tests, bench times only):
 #   m  main d2e4033's binaries (.gpubin/s67m; main's kernels unchanged since)
 #   p  session 68's FP16-operand probe (.gpubin/s68p, s68-f16-probe.patch): every prefill
 #      chunk loop 185-196 -> 163-167 SASS instructions
