@@ -15,9 +15,14 @@ print(' '.join('%d:%.1fus/%.2fxfloor/%.2fxtorch/%.1f%%' % (c['tokens'],c['median
 # torch_prefill: the PyTorch BF16 baseline at the prefill sizes into $L/T.json (f8 reads it)
 torch_prefill() { timeout 80 python3 bench/torch_baseline.py --tokens 128,512,1024,4096 --iterations 10 --json $L/T.json > $L/T.log 2>&1
   note "torch prefill rc=$? $(el)"; }
-# f8 NAME BIN ROUND: BIN's FP8 layer at the prefill sizes beside $L/T.json, as $L/NAME_f8_ROUND.json
-f8() { timeout 45 $2/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision fp8 --baseline $L/T.json \
-    --json $L/${1}_f8_$3.json > $L/${1}_f8_$3.log 2>&1; note "fp8 $1 r$3 rc=$? $(summ $L/${1}_f8_$3.json) $(el)"; }
+# prefill_bench PRECISION TAG NAME BIN ROUND: BIN's layer in PRECISION at the prefill sizes
+# beside $L/T.json, as $L/NAME_TAG_ROUND.json; f8 and exact_bench are its two forms
+prefill_bench() { timeout 45 $4/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --precision $1 --baseline $L/T.json \
+    --json $L/${3}_$2_$5.json > $L/${3}_$2_$5.log 2>&1; note "$1 $3 r$5 rc=$? $(summ $L/${3}_$2_$5.json) $(el)"; }
+# f8 NAME BIN ROUND: the FP8 layer, as $L/NAME_f8_ROUND.json
+f8() { prefill_bench fp8 f8 "$@"; }
+# exact_bench NAME BIN ROUND: the exact layer, as $L/NAME_exact_ROUND.json (session 69)
+exact_bench() { prefill_bench exact exact "$@"; }
 # unpack PACK TMP NAME: PACK/bins.tar.xz into TMP once (TMP/NAME/mxmoe there: done), and
 # echoes TMP/NAME, the binaries' folder (session 67)
 unpack() { mkdir -p $2 && { [ -x $2/$3/mxmoe ] || tar xJf $1/bins.tar.xz -C $2; }; echo $2/$3; }
@@ -27,17 +32,19 @@ gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
 suite_cuda() { timeout 160 $2/test_suite_cuda --gtest_brief=1 > $L/${1}_suite.log 2>&1
   note "$1 test_suite_cuda rc=$? $(passed $L/${1}_suite.log) $(el)"
   grep -E "FAILED|Failure" $L/${1}_suite.log | head -3 | tee -a $S; }
-# ab_rounds UNTIL TOKENS ITER ROUNDS A BIN_A B BIN_B: ROUNDS alternating rounds (A B, B A,
-# A B, ...) of BIN_A's and BIN_B's exact layer at TOKENS, ITER iterations a call, while the
-# round is under UNTIL s, as $L/ex/A_f8_r.json and B_f8_r.json (`L=$L/ex f8_table A B`
-# reads them; session 67)
-ab_rounds() { local until=$1 tokens=$2 iter=$3 rounds=$4 r x bin order; mkdir -p $L/ex
+# ab_rounds UNTIL TOKENS ITER ROUNDS NAME BIN [NAME BIN ...]: ROUNDS rounds of each BIN's
+# exact layer at TOKENS, ITER iterations a call, while the round is under UNTIL s, as
+# $L/ex/NAME_f8_r.json (`L=$L/ex f8_table NAME...` reads them; session 67). Round r starts
+# r - 1 places further along the list, so two binaries alternate (A B, B A, A B, ...) and
+# more rotate (session 69).
+ab_rounds() { local until=$1 tokens=$2 iter=$3 rounds=$4 r i k n x; shift 4; mkdir -p $L/ex
+  local names=() bins=(); while [ $# -ge 2 ]; do names+=("$1"); bins+=("$2"); shift 2; done
+  n=${#names[@]}
   for r in $(seq 1 $rounds); do
-    order="$5 $7"; [ $(( r % 2 )) = 0 ] && order="$7 $5"
-    for x in $order; do
+    for k in $(seq 0 $(( n - 1 ))); do
+      i=$(( (r - 1 + k) % n )); x=${names[$i]}
       left $until "exact $x r$r" || return 0
-      bin=$6; [ $x = $7 ] && bin=$8
-      timeout 60 $bin/mxmoe bench --tokens $tokens --iterations $iter --json $L/ex/${x}_f8_$r.json \
+      timeout 60 ${bins[$i]}/mxmoe bench --tokens $tokens --iterations $iter --json $L/ex/${x}_f8_$r.json \
         > $L/ex/${x}_$r.log 2>&1
       note "exact $x r$r rc=$? $(summ $L/ex/${x}_f8_$r.json) $(el)"
     done

@@ -23,18 +23,7 @@ set -u
 m=$(unpack .gpubin/s67m /tmp/b67m m); p=$(unpack .gpubin/s68p /tmp/b68p p)
 note "main $(cat .gpubin/s67m/BUILT) against p ($(cat .gpubin/s68p/BUILT)) on $(gpu_name)"
 R=${ROUND_S:-300}
-timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv $p/mxmoe bench --tokens 32 --iterations 1 \
-  > $L/p_all_kernels_32.csv 2>&1
-note "p's kernels at M=32 rc=$? (median us per kernel):"
-python3 - $L/p_all_kernels_32.csv <<'PY' | tee -a $S
-import csv, collections, statistics, sys
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-h = rows[0]; iK, iN, iU, iV = (h.index(x) for x in ('Kernel Name', 'Metric Name', 'Metric Unit', 'Metric Value'))
-us = {'nsecond': 1e-3, 'ns': 1e-3, 'usecond': 1.0, 'us': 1.0, 'msecond': 1e3, 'ms': 1e3}; t = collections.defaultdict(list)
-for r in rows[1:]:
-    if r[iN] == 'gpu__time_duration.sum': t[r[iK].split('(')[0].split('<')[0]].append(float(r[iV].replace(',', '')) * us[r[iU]])
-for k, v in sorted(t.items(), key=lambda kv: -statistics.median(kv[1])): print('  %-28s %8.1f us (%d)' % (k, statistics.median(v), len(v)))
-PY
+kernels_at p $p 32
 ab_rounds $(( R - 120 )) 16,32,64,128,1024,4096 10 3 m $m p $p
 note "exact, graph (us; p against m, medians):"; L=$L/ex f8_table m p
 note "eager:"; L=$L/ex MODE=eager f8_table m p

@@ -19,8 +19,7 @@ if [ "${PART:-1}" = 1 ]; then
   for r in 1 2 3; do
     f8 m $m $r
     [ $r = 3 ] && break
-    timeout 45 $m/mxmoe bench --tokens 128,512,1024,4096 --iterations 10 --baseline $L/T.json \
-      --json $L/m_exact_$r.json > $L/m_exact_$r.log 2>&1; note "exact r$r rc=$? $(summ $L/m_exact_$r.json) $(el)"
+    exact_bench m $m $r
   done
   m16k m $m 1
   decode_rounds m $m 2

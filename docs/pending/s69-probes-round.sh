@@ -22,6 +22,8 @@
 # three rotating rounds of m, p, q, r at M=16..4096 (graph and eager), ncu of both prefill
 # GEMMs at M=32 and 128 for m, r, q, p.
 # carry [".gpubin/s67m", ".gpubin/s68p", ".gpubin/s69q", ".gpubin/s69r"]; ROUND_S=<the call's limit> bash docs/pending/s69-probes-round.sh
+# As run (session 69, run 1), the rounds were written out here in the orders m p q r,
+# r m q p, q r p m; now ab_rounds rotates the list (m p q r, p q r m, q r m p).
 # Ran in session 69 (run 1, an H100): q's and r's wrong intermediates set the exact path's
 # fallback word, so their GEMM2 prefill kernels left at once and the generic kernels did
 # the layer; only their GEMM1 figures (ncu) count (PERFORMANCE.md session 69).
@@ -34,16 +36,7 @@ R=${ROUND_S:-300}
 bin_of() { case $1 in m) echo $m ;; p) echo $p ;; q) echo $q ;; r) echo $r ;; esac; }
 kernels_at q $q 128
 kernels_at r $r 128
-mkdir -p $L/ex
-for rd in 1 2 3; do
-  case $rd in 1) order="m p q r" ;; 2) order="r m q p" ;; 3) order="q r p m" ;; esac
-  for x in $order; do
-    left $(( R - 90 )) "exact $x r$rd" || break 2
-    timeout 60 $(bin_of $x)/mxmoe bench --tokens 16,32,64,128,1024,4096 --iterations 10 --json $L/ex/${x}_f8_$rd.json \
-      > $L/ex/${x}_$rd.log 2>&1
-    note "exact $x r$rd rc=$? $(summ $L/ex/${x}_f8_$rd.json) $(el)"
-  done
-done
+ab_rounds $(( R - 90 )) 16,32,64,128,1024,4096 10 3 m $m p $p q $q r $r
 note "exact, graph (us; p, q and r against m, medians):"; L=$L/ex f8_table m p q r
 note "eager:"; L=$L/ex MODE=eager f8_table m p q r
 for b in m r q p; do
